@@ -1,0 +1,63 @@
+# Short commands over the CMake build. See README.md.
+BUILD      ?= build
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+FUZZ_TIME  ?= 60
+PREFIX     ?= /usr/local
+SHARED     ?= $(abspath ../shared)
+CMAKE_GEN  := cmake -S . -DCMAKE_BUILD_TYPE=Release
+
+.PHONY: all deps build test test-release test-asan test-tsan demo bench fuzz install clean
+
+all: build
+
+# Installs missing Debian packages (a no-op when all are present).
+deps:
+	@command -v cmake >/dev/null 2>&1 && pkg-config --exists cmocka libpcre2-8 libutf8proc hwloc 2>/dev/null \
+	  && command -v clang >/dev/null 2>&1 \
+	  || { echo "make: build dependencies missing; running scripts/install-deps.sh"; scripts/install-deps.sh; }
+
+build: deps
+	@$(CMAKE_GEN) -B $(BUILD) -DTERN_TESTS=OFF >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target tern
+	@echo "built $(BUILD)/tern"
+
+# Three builds: -O2 -Werror, ASan+UBSan, TSan (tests labelled concurrent).
+test: test-release test-asan test-tsan
+	@echo "make test: all three builds passed"
+
+test-release: deps
+	@$(CMAKE_GEN) -B $(BUILD)/test-release >/dev/null
+	@cmake --build $(BUILD)/test-release -j $(JOBS)
+	cd $(BUILD)/test-release && ctest --output-on-failure -j $(JOBS)
+
+test-asan: deps
+	@$(CMAKE_GEN) -B $(BUILD)/test-asan -DTERN_SANITIZE=address -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD)/test-asan -j $(JOBS)
+	cd $(BUILD)/test-asan && TERN_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j $(JOBS)
+
+test-tsan: deps
+	@$(CMAKE_GEN) -B $(BUILD)/test-tsan -DTERN_SANITIZE=thread -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD)/test-tsan -j $(JOBS)
+	cd $(BUILD)/test-tsan && TERN_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	  ctest --output-on-failure -j $(JOBS) -L concurrent
+
+demo: build
+	@scripts/demo.sh $(BUILD)/tern "$(SHARED)"
+
+bench: build
+	$(BUILD)/tern bench pool
+	$(BUILD)/tern bench kernels
+
+# libFuzzer targets, clang. FUZZ_TIME seconds each, seeded from ../shared.
+fuzz: deps
+	@CC=clang $(CMAKE_GEN) -B $(BUILD)/fuzz -DTERN_FUZZ=ON -DTERN_TESTS=OFF -DTERN_SANITIZE=address \
+	  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD)/fuzz -j $(JOBS)
+	@scripts/fuzz.sh $(BUILD)/fuzz $(FUZZ_TIME) "$(SHARED)"
+
+install: build
+	install -D -m 755 $(BUILD)/tern $(DESTDIR)$(PREFIX)/bin/tern
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,124 @@
+/*
+ * kernels.h - the compute kernels: matvec, two-input matvec, GEMM, attention
+ * and the small ops, over every weight format of quant.h, with a scalar
+ * reference per kernel and SIMD variants chosen at run time.
+ *
+ * Determinism contract: every output element is computed by exactly one
+ * thread, always by the same per-format dot function with the same
+ * accumulation order. The per-format dot function computes up to
+ * KERN_MAX_COLS columns at once and each column's result is bit-identical to
+ * computing that column alone. Matvec (1 column), the two-input matvec
+ * (2 columns) and GEMM (tiles of columns) all go through it, so a position
+ * gives the same bits in prefill and in decode, at any thread count. Results
+ * may differ between ISAs (float summation order), never within one.
+ */
+#ifndef TERN_KERNELS_H
+#define TERN_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant.h"
+#include "tern.h"
+
+typedef enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, ISA_NEON = 3, ISA_COUNT = 4 } kern_isa_t;
+
+#define KERN_MAX_COLS 4
+
+/* out[c] = dot(weight row w, activation column c) for c < ncols, where
+ * column c's quantized activations start at (const char *)xa + c * xa_stride.
+ * k = row length in elements. */
+typedef void (*kern_dot_fn)(int64_t k, const void *w, const void *xa, size_t xa_stride, int ncols,
+                            float *out);
+/* Quantize one activation row of k floats into the weight format's
+ * activation type (Q8_0, Q8_1, Q8_K, or a plain copy for float formats). */
+typedef void (*kern_act_fn)(const float *x, void *xa, int64_t k);
+
+typedef struct {
+    kern_dot_fn dot;  /* NULL: not available for this (type, isa) */
+    kern_act_fn act;
+} kern_ops_t;
+
+/* The table, filled once by the per-family register functions below:
+ * table[type][isa]. A family fills the entries it implements; the scalar
+ * entry of every weight type must be filled (it is the oracle). */
+typedef kern_ops_t kern_table_t[TYPE_COUNT][ISA_COUNT];
+void kern_register_float(kern_table_t t);   /* F32, F16, BF16 */
+void kern_register_legacy(kern_table_t t);  /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 */
+void kern_register_kquant(kern_table_t t);  /* Q4_K, Q5_K, Q6_K */
+
+/* ISA: best the CPU supports, or TERN_ISA=scalar|avx2|avx512 (clamped to
+ * what the CPU supports, with a warning on stderr). */
+kern_isa_t kern_isa_active(void);
+kern_isa_t kern_isa_best(void); /* best supported by this CPU */
+void kern_isa_set(kern_isa_t isa); /* tests and benchmarks; must be supported */
+const char *kern_isa_name(kern_isa_t isa);
+int kern_isa_from_name(const char *name); /* -1 if unknown */
+/* Ops of a weight type for an ISA, falling back to lower ISAs where an entry
+ * is missing; NULL when the type has no kernel at all. */
+const kern_ops_t *kern_ops(int type, kern_isa_t isa);
+
+/* Bytes of the quantized activation row for a weight type and row length. */
+size_t kern_act_size(int type, int64_t k);
+
+/* A weight matrix: rows x cols (cols = k = row length), row-major blocks. */
+typedef struct {
+    int type;
+    int64_t rows, cols;
+    size_t row_bytes;
+    const void *data;
+} kern_mat_t;
+
+/* y[r] = W[r] . x for all rows. pool may be NULL (serial). Return 0 or error. */
+int kern_matvec(tern_pool_t *pool, const kern_mat_t *w, const float *x, float *y, tern_error_t *err);
+/* Several matrices that share one input (Q/K/V, gate/up) in ONE dispatch. */
+int kern_matvec_multi(tern_pool_t *pool, int n, const kern_mat_t *const *w, const float *x, float *const *y,
+                      tern_error_t *err);
+/* Two inputs, one pass over the weights: y0 = W x0, y1 = W x1; bit-identical
+ * to two kern_matvec calls. */
+int kern_matvec2(tern_pool_t *pool, const kern_mat_t *w, const float *x0, const float *x1, float *y0,
+                 float *y1, tern_error_t *err);
+/* GEMM: Y[j][r] = W[r] . X[j] for j < n columns; X is n x cols (row stride
+ * ldx floats), Y is n x rows (row stride ldy). Column j bit-identical to
+ * kern_matvec of X[j]. Several matrices sharing X in one dispatch: gemm_multi. */
+int kern_gemm(tern_pool_t *pool, const kern_mat_t *w, int64_t n, const float *x, int64_t ldx, float *y,
+              int64_t ldy, tern_error_t *err);
+int kern_gemm_multi(tern_pool_t *pool, int nm, const kern_mat_t *const *w, int64_t n, const float *x,
+                    int64_t ldx, float *const *y, const int64_t *ldy, tern_error_t *err);
+
+/* Attention over a KV cache. Cache layout: [pos][n_kv_heads][head_dim], in
+ * F32 or F16 (kv_type TYPE_F32 / TYPE_F16). For query position i of a block
+ * of nq queries starting at position pos0, keys 0..pos0+i are visited
+ * (causal). q: nq x n_heads x head_dim; out same shape. Heads are partitioned
+ * over the pool; a GQA group (n_heads / n_kv_heads query heads) stays on one
+ * thread. scale is usually 1/sqrt(head_dim). scratch is per-worker pool
+ * scratch (needs (pos0 + nq) floats). */
+typedef struct {
+    int n_heads, n_kv_heads, head_dim;
+    int kv_type;
+    const void *k_cache, *v_cache;
+    float scale;
+} kern_attn_t;
+int kern_attention(tern_pool_t *pool, const kern_attn_t *a, int64_t pos0, int64_t nq, const float *q,
+                   float *out, tern_error_t *err);
+
+/* Small ops (caller's thread; cheap vector work). */
+void kern_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
+void kern_layernorm(float *out, const float *x, const float *w, const float *b, int64_t n, float eps);
+/* RoPE on one vector of n_heads heads of head_dim at position pos.
+ * neox=0: pairs (2i, 2i+1); neox=1: pairs (i, i + head_dim/2).
+ * freq_factors (may be NULL): per pair divisor of the frequency (llama3 rope
+ * scaling precomputes them). */
+typedef struct {
+    float freq_base;
+    float freq_scale; /* linear scaling: position multiplier, 1 = none */
+    const float *freq_factors;
+    int neox;
+    int n_dims; /* rotated dims per head (<= head_dim), usually head_dim */
+} kern_rope_t;
+void kern_rope(const kern_rope_t *r, float *x, int n_heads, int head_dim, int64_t pos);
+void kern_silu_mul(float *gate, const float *up, int64_t n); /* gate = silu(gate) * up */
+void kern_add(float *y, const float *x, int64_t n);         /* y += x */
+void kern_softmax(float *x, int64_t n);
+
+#endif

@@ -1,0 +1,63 @@
+/* testutil.c - see testutil.h. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *tu_shared(const char *rel) {
+    static char bufs[8][4096];
+    static int next;
+    const char *base = getenv("TERN_SHARED");
+#ifdef TERN_SHARED_DIR
+    if (!base || !*base) base = TERN_SHARED_DIR;
+#endif
+    if (!base) return NULL;
+    char *b = bufs[next++ & 7];
+    snprintf(b, 4096, "%s/%s", base, rel);
+    return access(b, R_OK) == 0 ? b : NULL;
+}
+
+int tu_quick(void) {
+    const char *q = getenv("TERN_TEST_QUICK");
+    return q && *q && strcmp(q, "0") != 0;
+}
+
+char *tu_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (n < 0) {
+        fclose(f);
+        return NULL;
+    }
+    char *p = malloc((size_t)n + 1);
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    if (p) {
+        p[n] = 0;
+        if (len) *len = (size_t)n;
+    }
+    return p;
+}
+
+uint64_t tu_rand(uint64_t *s) {
+    uint64_t x = *s ? *s : 0x9e3779b97f4a7c15ull;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return *s = x;
+}
+
+float tu_randn(uint64_t *s) {
+    double u1 = ((tu_rand(s) >> 11) + 1.0) / 9007199254740993.0;
+    double u2 = (tu_rand(s) >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
