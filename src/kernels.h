@@ -48,17 +48,29 @@ void kern_register_legacy(kern_table_t t);  /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 */
 void kern_register_kquant(kern_table_t t);  /* Q4_K, Q5_K, Q6_K */
 
 /* ISA: best the CPU supports, or TERN_ISA=scalar|avx2|avx512 (clamped to
- * what the CPU supports, with a warning on stderr). */
+ * what the CPU supports, with a warning on stderr).
+ * ISA_AVX2 means AVX2 + FMA + F16C. ISA_AVX512 means AVX-512 F/BW/VL/DQ +
+ * VNNI on top of that (the *_avx512.c files are compiled with those; a
+ * register function using AVX512-BF16 instructions must itself check
+ * cpu_features()->avx512bf16 before filling an entry with them). */
 kern_isa_t kern_isa_active(void);
 kern_isa_t kern_isa_best(void); /* best supported by this CPU */
-void kern_isa_set(kern_isa_t isa); /* tests and benchmarks; must be supported */
+/* Tests and benchmarks: force an ISA for the whole process (all threads).
+ * An ISA the CPU lacks is clamped to kern_isa_best() with a warning. */
+void kern_isa_set(kern_isa_t isa);
 const char *kern_isa_name(kern_isa_t isa);
 int kern_isa_from_name(const char *name); /* -1 if unknown */
 /* Ops of a weight type for an ISA, falling back to lower ISAs where an entry
- * is missing; NULL when the type has no kernel at all. */
+ * is missing (an entry counts only with both dot and act set, since a dot
+ * fn reads what its own act fn wrote); an ISA the CPU lacks is clamped to
+ * kern_isa_best(). NULL when the type has no kernel at all. Thread-safe;
+ * the table is filled on first use. */
 const kern_ops_t *kern_ops(int type, kern_isa_t isa);
 
-/* Bytes of the quantized activation row for a weight type and row length. */
+/* Bytes of the quantized activation row for a weight type and row length:
+ * a row of its traits' act_type (so 4k for the float formats). An act fn may
+ * write less than this (e.g. bf16 activations) but never more. 0 when the
+ * type is unknown, k is not a multiple of the block size, or on overflow. */
 size_t kern_act_size(int type, int64_t k);
 
 /* A weight matrix: rows x cols (cols = k = row length), row-major blocks. */
@@ -69,9 +81,22 @@ typedef struct {
     const void *data;
 } kern_mat_t;
 
-/* y[r] = W[r] . x for all rows. pool may be NULL (serial). Return 0 or error. */
+/* Drivers. All of them: pool may be NULL (serial); return 0, or TERN_EINVAL
+ * with a message for a bad argument (unknown or non-weight type, shapes that
+ * do not match, row_bytes smaller than a row, NULL pointers), TERN_EUNSUP
+ * for a weight type without a registered kernel, TERN_ENOMEM, or the pool's
+ * error. Outputs must not overlap inputs. The activations are quantized once
+ * per call on the caller's thread into a grow-only per-thread workspace (no
+ * allocation once it is large enough; kern_thread_release frees it), then the
+ * rows go out in ONE pool dispatch (GEMM with many columns: one more
+ * dispatch to quantize the columns in parallel). Kernels follow
+ * kern_isa_active() at the time of the call. */
+
+/* y[r] = W[r] . x for all rows. */
 int kern_matvec(tern_pool_t *pool, const kern_mat_t *w, const float *x, float *y, tern_error_t *err);
-/* Several matrices that share one input (Q/K/V, gate/up) in ONE dispatch. */
+/* Several matrices that share one input (Q/K/V, gate/up) in ONE dispatch;
+ * they may differ in type and rows, not in cols. 1 <= n <= KERN_MAX_MULTI. */
+#define KERN_MAX_MULTI 16
 int kern_matvec_multi(tern_pool_t *pool, int n, const kern_mat_t *const *w, const float *x, float *const *y,
                       tern_error_t *err);
 /* Two inputs, one pass over the weights: y0 = W x0, y1 = W x1; bit-identical
@@ -89,10 +114,15 @@ int kern_gemm_multi(tern_pool_t *pool, int nm, const kern_mat_t *const *w, int64
 /* Attention over a KV cache. Cache layout: [pos][n_kv_heads][head_dim], in
  * F32 or F16 (kv_type TYPE_F32 / TYPE_F16). For query position i of a block
  * of nq queries starting at position pos0, keys 0..pos0+i are visited
- * (causal). q: nq x n_heads x head_dim; out same shape. Heads are partitioned
- * over the pool; a GQA group (n_heads / n_kv_heads query heads) stays on one
- * thread. scale is usually 1/sqrt(head_dim). scratch is per-worker pool
- * scratch (needs (pos0 + nq) floats). */
+ * (causal); the cache must hold positions 0..pos0+nq-1. q: nq x n_heads x
+ * head_dim; out same shape. Work items are (query, GQA group) pairs over the
+ * pool: a GQA group (n_heads / n_kv_heads query heads, which share one K/V
+ * head) stays on one thread. scale is usually 1/sqrt(head_dim). Softmax is
+ * computed in float with max subtraction over fixed tiles of keys (online
+ * rescaling between tiles), so no scratch is needed and a query's result
+ * does not depend on nq, pos0 splitting or the thread count (only on the
+ * ISA). head_dim <= KERN_ATTN_MAX_HEAD_DIM. Returns 0 or TERN_EINVAL. */
+#define KERN_ATTN_MAX_HEAD_DIM 1024
 typedef struct {
     int n_heads, n_kv_heads, head_dim;
     int kv_type;
@@ -102,13 +132,26 @@ typedef struct {
 int kern_attention(tern_pool_t *pool, const kern_attn_t *a, int64_t pos0, int64_t nq, const float *q,
                    float *out, tern_error_t *err);
 
-/* Small ops (caller's thread; cheap vector work). */
+/* Frees the calling thread's kernel workspace (it is also freed when the
+ * thread exits); the next driver call grows it again. */
+void kern_thread_release(void);
+
+/* Small ops (caller's thread; cheap vector work). Scalar and deterministic,
+ * following llama.cpp's arithmetic:
+ * rmsnorm: out = (x * (1 / sqrtf(mean(x^2) + eps))) * w, the sum of squares
+ *   accumulated in double; w may be NULL (no weight).
+ * layernorm: mean and variance accumulated in double; w, b may be NULL.
+ * out may equal x for both. */
 void kern_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
 void kern_layernorm(float *out, const float *x, const float *w, const float *b, int64_t n, float eps);
 /* RoPE on one vector of n_heads heads of head_dim at position pos.
- * neox=0: pairs (2i, 2i+1); neox=1: pairs (i, i + head_dim/2).
+ * neox=0: pairs (2i, 2i+1); neox=1: pairs (i, i + n_dims/2), i < n_dims/2.
+ * Dims n_dims..head_dim-1 are left as they are.
  * freq_factors (may be NULL): per pair divisor of the frequency (llama3 rope
- * scaling precomputes them). */
+ * scaling precomputes them). Angle of pair i, as llama.cpp computes it:
+ * theta_i = freq_scale * (pos * s^i) / freq_factors[i] with
+ * s = powf(freq_base, -2/n_dims) and s^i an iterated float product.
+ * n_dims must be even and <= head_dim (else TERN_CHECK: a model bug). */
 typedef struct {
     float freq_base;
     float freq_scale; /* linear scaling: position multiplier, 1 = none */
@@ -119,6 +162,6 @@ typedef struct {
 void kern_rope(const kern_rope_t *r, float *x, int n_heads, int head_dim, int64_t pos);
 void kern_silu_mul(float *gate, const float *up, int64_t n); /* gate = silu(gate) * up */
 void kern_add(float *y, const float *x, int64_t n);         /* y += x */
-void kern_softmax(float *x, int64_t n);
+void kern_softmax(float *x, int64_t n); /* max subtracted; sum in double */
 
 #endif

@@ -1,0 +1,490 @@
+/*
+ * bench_kernels.c - `tern bench kernels [--json] [--quick]`: how close the
+ * kernels get to the machine's read bandwidth, per format, ISA and thread
+ * count, all measured in one run so the ratios hold even on a noisy box.
+ *
+ *   probe    read bandwidth of a buffer >> LLC at 1 and 2 threads (probe.h)
+ *   matvec   4096 x 4096 matrices cycled over a working set >> LLC (1 GiB
+ *            by default), so every weight byte comes from RAM: GB/s of
+ *            weights and % of the probe at the same thread count
+ *   matvec2  the same with two inputs per pass; reported as its cost
+ *            relative to one matvec (1.0 = free second input)
+ *   gemm     1024 x 4096 of the same weights times N = 1, 16, 64, 512
+ *            columns, GFLOP/s (2 * rows * K * N / time); the weights stay
+ *            in cache across calls here, the point is the compute rate
+ *            (fewer rows for a kernel too slow to run 1024 in ~0.1 s).
+ *            x_matvec = GEMM GFLOP/s over matvec GFLOP/s: how much faster
+ *            per column prefill is than decode.
+ * Each timing is the best of a few passes (the minimum is the least noisy
+ * estimate of what the code can do).
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmds.h"
+#include "common.h"
+#include "cpu.h"
+#include "kernels.h"
+#include "probe.h"
+
+#define BK_K 4096
+#define BK_ROWS 4096
+#define BK_GEMM_ROWS 1024
+#define BK_MAX_N 512
+#define BK_THREADS 2
+
+typedef struct {
+    const char *op;
+    int format; /* -1: none */
+    int isa;    /* -1: none */
+    int threads;
+    int64_t n; /* 0: none */
+    double gbps, pct, gflops, ns, ratio, x_matvec; /* NaN: none */
+} rec_t;
+
+typedef struct {
+    rec_t *v;
+    int n, cap;
+} recs_t;
+
+static rec_t *rec_add(recs_t *r, const char *op, int format, int isa, int threads) {
+    if (r->n == r->cap) {
+        int cap = r->cap ? r->cap * 2 : 64;
+        rec_t *nv = realloc(r->v, sizeof *nv * (size_t)cap);
+        if (!nv) return NULL;
+        r->v = nv;
+        r->cap = cap;
+    }
+    rec_t *e = &r->v[r->n++];
+    *e = (rec_t){op, format, isa, threads, 0, NAN, NAN, NAN, NAN, NAN, NAN};
+    return e;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tern bench kernels [--json] [--quick] [--format LIST] [--isa LIST] [--set-mb N]\n"
+            "  --json         print a JSON array of measurements instead of markdown\n"
+            "  --quick        fewer passes, a 512 MiB working set, GEMM up to N = 64\n"
+            "  --format LIST  comma-separated formats (default: every weight format)\n"
+            "  --isa LIST     comma-separated ISAs among scalar,avx2,avx512 (default: all this CPU has)\n"
+            "  --set-mb N     matvec working set in MiB (default 1024; keep it >> the LLC)\n");
+}
+
+/* Split a comma list, mapping each item through fn (-1 = unknown). */
+static int parse_list(const char *s, int (*fn)(const char *), int *out, int max, const char *what) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    int n = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        int v = fn(t);
+        if (v < 0 || n == max) {
+            fprintf(stderr, "tern bench kernels: unknown or too many %s '%s'\n", what, t);
+            return -1;
+        }
+        out[n++] = v;
+    }
+    return n;
+}
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static float randn(void) {
+    /* Box-Muller over xorshift: enough for benchmark data. */
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    double u1 = ((g_rng >> 11) + 1.0) / 9007199254740993.0;
+    g_rng ^= g_rng << 13, g_rng ^= g_rng >> 7, g_rng ^= g_rng << 17;
+    double u2 = (g_rng >> 11) / 9007199254740992.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+/* The working set: nmat matrices of BK_ROWS x BK_K back to back, filled by
+ * replicating a quantized tile of random rows (content does not change the
+ * speed; quantizing a whole GiB would take minutes for the K formats). */
+typedef struct {
+    char *buf;
+    size_t bytes, mat_bytes, row_bytes;
+    int nmat;
+} wset_t;
+
+static int wset_make(wset_t *w, int type, size_t set_bytes) {
+    memset(w, 0, sizeof *w);
+    w->row_bytes = quant_row_size(type, BK_K);
+    if (!w->row_bytes) return -1;
+    w->mat_bytes = w->row_bytes * BK_ROWS;
+    w->nmat = (int)((set_bytes + w->mat_bytes - 1) / w->mat_bytes);
+    if (w->nmat < 2) w->nmat = 2;
+    w->bytes = w->mat_bytes * (size_t)w->nmat;
+    const int tile_rows = 64;
+    char *tile = tern_alloc(w->row_bytes * tile_rows);
+    float *src = malloc(sizeof(float) * BK_K);
+    if (!tile || !src) goto fail;
+    for (int r = 0; r < tile_rows; r++) {
+        for (int i = 0; i < BK_K; i++) src[i] = 0.02f * randn();
+        if (quant_quantize_row(type, src, tile + (size_t)r * w->row_bytes, BK_K) != 0) {
+            fprintf(stderr, "tern bench kernels: cannot quantize to %s\n", quant_name(type));
+            goto fail;
+        }
+    }
+    w->buf = bench_big_alloc(w->bytes);
+    if (!w->buf) goto fail;
+    const size_t tb = w->row_bytes * tile_rows;
+    for (size_t off = 0; off < w->bytes; off += tb) memcpy(w->buf + off, tile, off + tb <= w->bytes ? tb : w->bytes - off);
+    tern_free(tile);
+    free(src);
+    return 0;
+fail:
+    tern_free(tile);
+    free(src);
+    return -1;
+}
+
+static void wset_free(wset_t *w) {
+    bench_big_free(w->buf, w->bytes);
+    w->buf = NULL;
+}
+
+static kern_mat_t wset_mat(const wset_t *w, int type, int i, int64_t rows) {
+    return (kern_mat_t){type, rows, BK_K, w->row_bytes, w->buf + (size_t)i * w->mat_bytes};
+}
+
+typedef struct {
+    float *x, *x2, *y, *y2; /* vectors of BK_K / BK_ROWS */
+    float *gx, *gy;         /* BK_MAX_N columns */
+} bufs_t;
+
+/* Best rate (bytes of weights per ns = GB/s) of `passes` passes. A pass
+ * runs matvecs over the matrices of the set in a cycle that continues from
+ * where the last pass stopped (so no pass finds its weights in cache), and
+ * ends after the whole set or after budget_ns, whichever comes first (and
+ * passes stop once they have taken 2 * budget_ns in all): a
+ * slow kernel (scalar F16 runs at a fraction of a GB/s) is compute bound,
+ * it needs no full GiB to be measured. *ns_per receives the best pass's
+ * time per matvec. */
+static double rate_set(tern_pool_t *pool, const wset_t *w, int type, int passes, bool two, double budget_ns,
+                       int *cursor, const bufs_t *b, double *ns_per, tern_error_t *err) {
+    double best = -1.0;
+    const uint64_t start = tern_now_ns();
+    /* More passes only while they are cheap: a budget-limited kernel is
+     * compute bound and repeats the same number. */
+    for (int p = 0; p < passes && (p == 0 || (double)(tern_now_ns() - start) < 2.0 * budget_ns); p++) {
+        const uint64_t t0 = tern_now_ns();
+        uint64_t t = t0;
+        int done = 0;
+        while (done < w->nmat && (done == 0 || (double)(t - t0) < budget_ns)) {
+            kern_mat_t m = wset_mat(w, type, *cursor, BK_ROWS);
+            int rc = two ? kern_matvec2(pool, &m, b->x, b->x2, b->y, b->y2, err)
+                         : kern_matvec(pool, &m, b->x, b->y, err);
+            if (rc) return -1.0;
+            *cursor = (*cursor + 1) % w->nmat;
+            done++;
+            t = tern_now_ns();
+        }
+        const double rate = (double)w->mat_bytes * done / (double)(t - t0);
+        if (rate > best) {
+            best = rate;
+            *ns_per = (double)(t - t0) / done;
+        }
+    }
+    return best;
+}
+
+/* Best ns of one GEMM call, repeated for at least min_ns in all. */
+static double time_gemm(tern_pool_t *pool, const kern_mat_t *m, int64_t n, double min_ns, const bufs_t *b,
+                        tern_error_t *err) {
+    double best = INFINITY, total = 0;
+    for (int rep = 0; rep < 1000 && (rep < 2 || total < min_ns); rep++) {
+        uint64_t t0 = tern_now_ns();
+        if (kern_gemm(pool, m, n, b->gx, BK_K, b->gy, m->rows, err)) return -1.0;
+        double t = (double)(tern_now_ns() - t0);
+        total += t;
+        if (t < best) best = t;
+    }
+    return best;
+}
+
+static void print_num(FILE *f, const char *key, double v, bool *first) {
+    if (isnan(v)) return;
+    fprintf(f, "%s\"%s\": %.6g", *first ? "" : ", ", key, v);
+    *first = false;
+}
+
+static void print_json(const recs_t *r) {
+    printf("[\n");
+    for (int i = 0; i < r->n; i++) {
+        const rec_t *e = &r->v[i];
+        printf("  {\"op\": \"%s\"", e->op);
+        if (e->format >= 0) printf(", \"format\": \"%s\"", quant_name(e->format));
+        if (e->isa >= 0) printf(", \"isa\": \"%s\"", kern_isa_name((kern_isa_t)e->isa));
+        printf(", \"threads\": %d", e->threads);
+        if (e->n > 0) printf(", \"n\": %lld", (long long)e->n);
+        bool first = false;
+        print_num(stdout, "gbps", e->gbps, &first);
+        print_num(stdout, "pct_of_probe", e->pct, &first);
+        print_num(stdout, "gflops", e->gflops, &first);
+        print_num(stdout, "ns", e->ns, &first);
+        print_num(stdout, "ratio", e->ratio, &first);
+        print_num(stdout, "x_matvec", e->x_matvec, &first);
+        printf("}%s\n", i + 1 < r->n ? "," : "");
+    }
+    printf("]\n");
+}
+
+static const rec_t *find(const recs_t *r, const char *op, int format, int isa, int threads, int64_t n) {
+    for (int i = 0; i < r->n; i++) {
+        const rec_t *e = &r->v[i];
+        if (!strcmp(e->op, op) && e->format == format && e->isa == isa && e->threads == threads && e->n == n)
+            return e;
+    }
+    return NULL;
+}
+
+static void cell(double v, const char *fmt) {
+    if (isnan(v))
+        printf(" - |");
+    else {
+        printf(" ");
+        printf(fmt, v);
+        printf(" |");
+    }
+}
+
+static void print_markdown(const recs_t *r, const int64_t *ns, int n_ns, size_t set_bytes) {
+    printf("## Read bandwidth probe\n\n| threads | GB/s |\n|---:|---:|\n");
+    for (int i = 0; i < r->n; i++)
+        if (!strcmp(r->v[i].op, "probe")) printf("| %d | %.1f |\n", r->v[i].threads, r->v[i].gbps);
+    printf("\n## Kernels (matvec %d x %d over a %.0f MiB working set; GEMM %d x %d, GFLOP/s)\n\n", BK_ROWS, BK_K,
+           (double)set_bytes / 1048576.0, BK_GEMM_ROWS, BK_K);
+    printf("| format | isa | t | matvec GB/s | %% of probe | matvec2 / matvec |");
+    for (int i = 0; i < n_ns; i++) printf(" gemm N=%lld |", (long long)ns[i]);
+    printf(" gemm64 / matvec |\n|---|---|---:|---:|---:|---:|");
+    for (int i = 0; i < n_ns; i++) printf("---:|");
+    printf("---:|\n");
+    for (int i = 0; i < r->n; i++) {
+        const rec_t *e = &r->v[i];
+        if (strcmp(e->op, "matvec")) continue;
+        printf("| %s | %s | %d |", quant_name(e->format), kern_isa_name((kern_isa_t)e->isa), e->threads);
+        cell(e->gbps, "%.1f");
+        cell(e->pct, "%.0f%%");
+        const rec_t *m2 = find(r, "matvec2", e->format, e->isa, e->threads, 0);
+        cell(m2 ? m2->ratio : NAN, "%.2f");
+        for (int j = 0; j < n_ns; j++) {
+            const rec_t *g = find(r, "gemm", e->format, e->isa, e->threads, ns[j]);
+            cell(g ? g->gflops : NAN, "%.1f");
+        }
+        const rec_t *g64 = find(r, "gemm", e->format, e->isa, e->threads, 64);
+        cell(g64 ? g64->x_matvec : NAN, "%.1fx");
+        printf("\n");
+    }
+}
+
+int bench_kernels_main(int argc, char **argv) {
+    bool json = false, quick = false;
+    int formats[TYPE_COUNT], nf = 0;
+    int isas[ISA_COUNT], ni = 0;
+    double set_mb = 1024;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "--quick")) {
+            quick = true;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if ((!strcmp(a, "--format") || !strcmp(a, "--isa") || !strcmp(a, "--set-mb")) && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (!strcmp(a, "--format")) {
+                if ((nf = parse_list(v, quant_from_name, formats, TYPE_COUNT, "format")) < 0) return 2;
+                for (int j = 0; j < nf; j++)
+                    if (!quant_traits(formats[j])->weight) {
+                        fprintf(stderr, "tern bench kernels: %s is not a weight format\n", v);
+                        return 2;
+                    }
+            } else if (!strcmp(a, "--isa")) {
+                if ((ni = parse_list(v, kern_isa_from_name, isas, ISA_COUNT, "isa")) < 0) return 2;
+            } else {
+                set_mb = atof(v);
+                if (!(set_mb >= 16 && set_mb <= 65536)) {
+                    fprintf(stderr, "tern bench kernels: --set-mb wants 16..65536\n");
+                    return 2;
+                }
+            }
+        } else {
+            fprintf(stderr, "tern bench kernels: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (quick && set_mb == 1024) set_mb = 512;
+    const size_t set_bytes = (size_t)(set_mb * 1048576.0);
+    if (nf == 0)
+        for (int t = 0; t < TYPE_COUNT; t++)
+            if (quant_traits(t) && quant_traits(t)->weight) formats[nf++] = t;
+    const kern_isa_t best = kern_isa_best();
+    if (ni == 0) {
+        isas[ni++] = ISA_SCALAR;
+        if (best == ISA_NEON)
+            isas[ni++] = ISA_NEON;
+        else
+            for (int i = ISA_AVX2; i <= (int)best; i++) isas[ni++] = i;
+    }
+    const int64_t all_ns[] = {1, 16, 64, 512};
+    const int n_ns = quick ? 3 : 4;
+    const int passes = quick ? 1 : 3;
+    const double gemm_min_ns = quick ? 2e7 : 1e8;
+    const double set_budget_ns = quick ? 2e8 : 4e8;
+
+    recs_t recs = {0};
+    int rc = 0;
+    tern_error_t err = {0};
+    tern_pool_t *pools[BK_THREADS + 1] = {0};
+    bufs_t b = {0};
+    const kern_isa_t isa0 = kern_isa_active();
+
+    /* 1. The roofline. */
+    double probe[BK_THREADS + 1];
+    for (int t = 1; t <= BK_THREADS; t++) {
+        probe[t] = bench_probe_read_gbps(t, set_bytes);
+        if (probe[t] <= 0) {
+            fprintf(stderr, "tern bench kernels: bandwidth probe failed (%.0f MiB)\n", set_mb);
+            rc = 1;
+            goto out;
+        }
+        rec_t *e = rec_add(&recs, "probe", -1, -1, t);
+        if (!e) goto oom;
+        e->gbps = probe[t];
+        e->ns = (double)set_bytes / probe[t];
+        fprintf(stderr, "probe: %d thread%s %.1f GB/s\n", t, t > 1 ? "s" : "", probe[t]);
+    }
+    bench_probe_release(); /* the weights need the memory now */
+
+    for (int t = 1; t <= BK_THREADS; t++) {
+        pools[t] = tern_pool_create(t, 0, &err);
+        if (!pools[t]) {
+            fprintf(stderr, "tern bench kernels: %s\n", err.msg);
+            rc = 1;
+            goto out;
+        }
+    }
+    b.x = malloc(sizeof(float) * BK_K);
+    b.x2 = malloc(sizeof(float) * BK_K);
+    b.y = malloc(sizeof(float) * BK_ROWS);
+    b.y2 = malloc(sizeof(float) * BK_ROWS);
+    b.gx = malloc(sizeof(float) * BK_K * BK_MAX_N);
+    b.gy = malloc(sizeof(float) * BK_GEMM_ROWS * BK_MAX_N);
+    if (!b.x || !b.x2 || !b.y || !b.y2 || !b.gx || !b.gy) goto oom;
+    for (int i = 0; i < BK_K; i++) b.x[i] = randn(), b.x2[i] = randn();
+    for (int i = 0; i < BK_K * BK_MAX_N; i++) b.gx[i] = randn();
+
+    /* 2. Per format, ISA and thread count. */
+    for (int fi = 0; fi < nf; fi++) {
+        const int type = formats[fi];
+        if (!kern_ops(type, ISA_SCALAR)) {
+            fprintf(stderr, "%s: no kernel registered, skipped\n", quant_name(type));
+            continue;
+        }
+        wset_t w;
+        if (wset_make(&w, type, set_bytes) != 0) {
+            fprintf(stderr, "%s: cannot build the working set, skipped\n", quant_name(type));
+            rc = 1;
+            continue;
+        }
+        for (int ii = 0; ii < ni; ii++) {
+            const kern_isa_t isa = (kern_isa_t)isas[ii];
+            if (isa != ISA_SCALAR && (isa > best || (best == ISA_NEON) != (isa == ISA_NEON))) {
+                fprintf(stderr, "%s: this CPU has no %s, skipped\n", quant_name(type), kern_isa_name(isa));
+                continue;
+            }
+            /* An ISA that only falls back to a lower one's kernel measures
+             * nothing new. */
+            const kern_ops_t *o = kern_ops(type, isa);
+            if (isa != ISA_SCALAR) {
+                const kern_ops_t *lower = kern_ops(type, isa == ISA_NEON ? ISA_SCALAR : (kern_isa_t)(isa - 1));
+                if (o && lower && o->dot == lower->dot) {
+                    fprintf(stderr, "%s/%s: same kernel as a lower ISA, skipped\n", quant_name(type),
+                            kern_isa_name(isa));
+                    continue;
+                }
+            }
+            kern_isa_set(isa);
+            int cursor = 0;
+            for (int t = 1; t <= BK_THREADS; t++) {
+                tern_pool_t *p = pools[t];
+                kern_mat_t m0 = wset_mat(&w, type, 0, BK_ROWS);
+                if (kern_matvec(p, &m0, b.x, b.y, &err)) goto kerr; /* warm-up: code, workspace */
+                double mv_ns, mv2_ns;
+                const double mv = rate_set(p, &w, type, passes, false, set_budget_ns, &cursor, &b, &mv_ns, &err);
+                if (mv < 0) goto kerr;
+                const double mv2 = rate_set(p, &w, type, passes, true, set_budget_ns, &cursor, &b, &mv2_ns, &err);
+                if (mv2 < 0) goto kerr;
+                const double flops_mat = 2.0 * BK_ROWS * BK_K;
+                rec_t *e = rec_add(&recs, "matvec", type, isa, t);
+                if (!e) goto oom;
+                e->gbps = mv;
+                e->pct = 100.0 * e->gbps / probe[t];
+                e->gflops = flops_mat / mv_ns;
+                e->ns = mv_ns;
+                const double mv_gflops = e->gflops;
+                fprintf(stderr, "%s/%s t=%d: matvec %.1f GB/s (%.0f%% of probe), matvec2 %.2fx", quant_name(type),
+                        kern_isa_name(isa), t, e->gbps, e->pct, mv2_ns / mv_ns);
+                e = rec_add(&recs, "matvec2", type, isa, t);
+                if (!e) goto oom;
+                e->gbps = mv2;
+                e->pct = 100.0 * e->gbps / probe[t];
+                e->gflops = 2.0 * flops_mat / mv2_ns;
+                e->ns = mv2_ns;
+                e->ratio = mv2_ns / mv_ns;
+                /* GEMM rows shrink for slow kernels so that one call stays
+                 * near the time budget (GFLOP/s does not depend on rows
+                 * once they are many; the weights are cache-resident here
+                 * either way). */
+                double ns_per_flop = 0;
+                for (int j = 0; j < n_ns; j++) {
+                    int64_t rows = BK_GEMM_ROWS;
+                    if (ns_per_flop > 0) {
+                        double est = ns_per_flop * 2.0 * BK_GEMM_ROWS * BK_K * (double)all_ns[j];
+                        if (est > gemm_min_ns) rows = (int64_t)(BK_GEMM_ROWS * gemm_min_ns / est) / 16 * 16;
+                        if (rows < 64) rows = 64;
+                    }
+                    kern_mat_t g = wset_mat(&w, type, 1, rows);
+                    double ns = time_gemm(p, &g, all_ns[j], gemm_min_ns, &b, &err);
+                    if (ns < 0) goto kerr;
+                    e = rec_add(&recs, "gemm", type, isa, t);
+                    if (!e) goto oom;
+                    e->n = all_ns[j];
+                    e->ns = ns;
+                    e->gflops = 2.0 * (double)rows * BK_K * (double)all_ns[j] / ns;
+                    e->x_matvec = e->gflops / mv_gflops;
+                    ns_per_flop = 1.0 / e->gflops;
+                    fprintf(stderr, ", gemm%lld %.1f", (long long)all_ns[j], e->gflops);
+                }
+                fprintf(stderr, " GFLOP/s\n");
+            }
+        }
+        wset_free(&w);
+        continue;
+    kerr:
+        fprintf(stderr, "tern bench kernels: %s: %s\n", quant_name(type), err.msg);
+        wset_free(&w);
+        rc = 1;
+    }
+
+    if (json)
+        print_json(&recs);
+    else
+        print_markdown(&recs, all_ns, n_ns, set_bytes);
+    goto out;
+oom:
+    fprintf(stderr, "tern bench kernels: out of memory\n");
+    rc = 1;
+out:
+    kern_isa_set(isa0);
+    for (int t = 1; t <= BK_THREADS; t++) tern_pool_free(pools[t]);
+    free(b.x), free(b.x2), free(b.y), free(b.y2), free(b.gx), free(b.gy);
+    free(recs.v);
+    bench_probe_release();
+    kern_thread_release();
+    return rc;
+}

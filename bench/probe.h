@@ -1,0 +1,30 @@
+/*
+ * probe.h - the machine's read bandwidth, the roofline of a decode step
+ * (whose matvecs stream every weight once per token). Used by
+ * `tern bench kernels` and `tern bench -m`.
+ */
+#ifndef TERN_BENCH_PROBE_H
+#define TERN_BENCH_PROBE_H
+
+#include <stddef.h>
+
+/* Read bandwidth in GB/s (1e9 bytes/s) of `threads` threads together
+ * reading a buffer of `bytes` (use >> the last-level cache, e.g. 1 GiB),
+ * STREAM-style but with the fastest pattern we know: each thread reads its
+ * slice as several independent streams with the widest loads the CPU has;
+ * the best of a few stream counts and repetitions is returned, so the probe
+ * never flatters a kernel measured against it. The buffer is allocated and
+ * faulted in on first use and kept for the next call (grown if a later call
+ * asks for more); bench_probe_release frees it. Returns a negative value
+ * when the buffer or the threads cannot be had. Not thread-safe. */
+double bench_probe_read_gbps(int threads, size_t bytes);
+void bench_probe_release(void);
+
+/* A large buffer allocated the way the probe allocates its own (anonymous
+ * mmap, transparent huge pages requested, faulted in), so that kernels
+ * measured against the probe see the same page-size effects. NULL on
+ * failure; free with bench_big_free(p, bytes). */
+void *bench_big_alloc(size_t bytes);
+void bench_big_free(void *p, size_t bytes);
+
+#endif

@@ -1,0 +1,127 @@
+/*
+ * dispatch.c - the kernel table: which dot / activation-quantizer function
+ * serves each (weight type, ISA), and which ISA is active.
+ *
+ * The table is filled once (pthread_once) by the three per-family register
+ * functions (quant_legacy / kernels/legacy_*: F32 F16 BF16 and the
+ * 32-blocks; quant_k / kernels/kquant_*: the K formats). Lookups fall back
+ * from the requested ISA to lower ones, so a family may provide only a
+ * scalar entry and still serve every ISA. The active ISA is the best one the
+ * CPU supports, or TERN_ISA, or whatever kern_isa_set chose last; it is an
+ * atomic, so a change is seen by every thread at its next driver call.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+
+#include "common.h"
+#include "cpu.h"
+#include "kernels.h"
+
+static kern_table_t g_table;
+static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;
+
+static void table_fill(void) {
+    kern_register_float(g_table);
+    kern_register_legacy(g_table);
+    kern_register_kquant(g_table);
+    /* A family must not claim an ISA the CPU cannot run: drop such entries
+     * here rather than trusting every register function to check. */
+    kern_isa_t best = kern_isa_best();
+    for (int t = 0; t < TYPE_COUNT; t++)
+        for (int i = (int)best + 1; i < ISA_COUNT; i++) g_table[t][i] = (kern_ops_t){NULL, NULL};
+}
+
+static const char *const g_isa_names[ISA_COUNT] = {"scalar", "avx2", "avx512", "neon"};
+
+const char *kern_isa_name(kern_isa_t isa) {
+    return (unsigned)isa < ISA_COUNT ? g_isa_names[isa] : "?";
+}
+
+int kern_isa_from_name(const char *name) {
+    if (!name) return -1;
+    for (int i = 0; i < ISA_COUNT; i++)
+        if (strcasecmp(name, g_isa_names[i]) == 0) return i;
+    return -1;
+}
+
+kern_isa_t kern_isa_best(void) {
+    const cpu_features_t *f = cpu_features();
+    if (f->neon) return ISA_NEON;
+    bool avx2 = f->avx2 && f->fma && f->f16c;
+    /* DQ is not probed by cpu.h; every CPU with AVX512-VNNI has it. */
+    if (avx2 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni) return ISA_AVX512;
+    if (avx2) return ISA_AVX2;
+    return ISA_SCALAR;
+}
+
+/* Whether the CPU can run kernels of isa (the ISAs form a chain on x86;
+ * NEON stands alone). */
+static bool isa_supported(kern_isa_t isa) {
+    kern_isa_t best = kern_isa_best();
+    if (isa == ISA_SCALAR) return true;
+    if (best == ISA_NEON) return isa == ISA_NEON;
+    return isa != ISA_NEON && isa <= best;
+}
+
+static _Atomic int g_active = -1; /* -1: not decided yet */
+static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
+
+static void active_from_env(void) {
+    kern_isa_t isa = kern_isa_best();
+    const char *env = getenv("TERN_ISA");
+    if (env && *env) {
+        int want = kern_isa_from_name(env);
+        if (want < 0) {
+            fprintf(stderr, "tern: TERN_ISA=%s is not one of scalar|avx2|avx512|neon; using %s\n", env,
+                    kern_isa_name(isa));
+        } else if (!isa_supported((kern_isa_t)want)) {
+            fprintf(stderr, "tern: TERN_ISA=%s is not supported by this CPU; using %s\n", env,
+                    kern_isa_name(isa));
+        } else {
+            isa = (kern_isa_t)want;
+        }
+    }
+    int expected = -1;
+    /* kern_isa_set may have won the race; it takes precedence. */
+    atomic_compare_exchange_strong(&g_active, &expected, (int)isa);
+}
+
+kern_isa_t kern_isa_active(void) {
+    int a = atomic_load_explicit(&g_active, memory_order_relaxed);
+    if (a >= 0) return (kern_isa_t)a;
+    pthread_once(&g_env_once, active_from_env);
+    return (kern_isa_t)atomic_load(&g_active);
+}
+
+void kern_isa_set(kern_isa_t isa) {
+    if (!isa_supported(isa)) {
+        fprintf(stderr, "tern: ISA %s is not supported by this CPU; using %s\n", kern_isa_name(isa),
+                kern_isa_name(kern_isa_best()));
+        isa = kern_isa_best();
+    }
+    atomic_store(&g_active, (int)isa);
+}
+
+const kern_ops_t *kern_ops(int type, kern_isa_t isa) {
+    if (type < 0 || type >= TYPE_COUNT || (unsigned)isa >= ISA_COUNT) return NULL;
+    pthread_once(&g_table_once, table_fill);
+    if (!isa_supported(isa)) isa = kern_isa_best();
+    /* NEON falls back straight to scalar; x86 ISAs step down the chain. */
+    for (int i = (int)isa; i >= 0; i = (i == ISA_NEON) ? ISA_SCALAR : i - 1) {
+        const kern_ops_t *o = &g_table[type][i];
+        if (o->dot && o->act) return o;
+        if (i == ISA_SCALAR) break;
+    }
+    return NULL;
+}
+
+size_t kern_act_size(int type, int64_t k) {
+    const quant_traits_t *t = quant_traits(type);
+    if (!t || !t->weight) return 0;
+    /* The weight row must be whole blocks too, not only the activation. */
+    if (quant_row_size(type, k) == 0 && k != 0) return 0;
+    return quant_row_size(t->act_type, k);
+}

@@ -1,0 +1,389 @@
+/*
+ * legacy_avx2.c - AVX2 + FMA + F16C dot products and activation quantizers
+ * for F32, F16, BF16 and the 32-element block formats (see legacy_ref.c for
+ * the scalar oracle and the arithmetic they follow).
+ *
+ * Block formats: each 32-weight block is decoded once into signed bytes (or
+ * unsigned quants for Q4_1 / Q5_1), then for every activation column the
+ * exact int32 block sum is formed with maddubs (sign moved onto the
+ * activations so the unsigned operand is |w|) and madd, converted to float
+ * and accumulated with one FMA by d_w * d_a. Even and odd blocks go to two
+ * accumulators so two FMA chains overlap.
+ * Float formats: eight elements per vector, four accumulators per column,
+ * at most two columns per pass over the row; a partial last vector is
+ * zero-padded on both sides.
+ *
+ * Multi-column calls decode the weights once for all columns. The per-column
+ * work is written once (always-inline helpers unrolled over a constant column
+ * count), so a column's operations and their order do not depend on how many
+ * columns share the call: results are bit-identical to one-column calls.
+ */
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "common.h"
+#include "legacy.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* Fixed reduction order: high half onto low half, then pairs, then lanes. */
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* Software prefetch distance for the weight stream. Decode is memory-bound,
+ * and the block kernels spend enough ALU work per cache line that the
+ * out-of-order window alone keeps too few lines in flight: a prefetch a few
+ * KB ahead (past the row's end into the next row, which the drivers visit
+ * next) took Q8_0 / Q4_0 single-thread matvec over a 1 GB matrix from about
+ * half of a plain read loop's bandwidth to about 85% on the development
+ * machine. Prefetches never fault, so reading past the matrix is harmless. */
+#define PF_DIST 4096
+
+/* Prefetch the lines PF_DIST bytes past the n bytes at p (the weights one
+ * loop iteration consumes; n <= 128, a constant), so that every line of the
+ * stream is asked for once or twice. */
+ALWAYS_INLINE void prefetch_ahead(const char *p, size_t n) {
+    /* Address arithmetic in integers: the target may lie past the object. */
+    const uintptr_t a = (uintptr_t)p + PF_DIST;
+    _mm_prefetch((const char *)a, _MM_HINT_T0);
+    if (n > 64) _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
+}
+
+/* ---- float formats ------------------------------------------------------ */
+
+/* Accumulators per column: four FMA chains hide the FMA latency. With 16
+ * ymm registers that allows two columns per pass, so float calls with more
+ * columns make several passes over the (by then cached) weight row; each
+ * column's arithmetic is the same whichever pass it is in. */
+enum { FU = 4, FLOAT_COLS = 2 };
+
+/* Eight weights as floats. */
+ALWAYS_INLINE __m256 load8_f32(const void *p) {
+    return _mm256_loadu_ps((const float *)p);
+}
+ALWAYS_INLINE __m256 load8_f16(const void *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+ALWAYS_INLINE __m256 load8_bf16(const void *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+/* wsz: bytes per weight element; load: one of load8_*. */
+#define FLOAT_DOT(name, wsz, load)                                                                       \
+    ALWAYS_INLINE void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
+                                   float *out) {                                                         \
+        __m256 acc[KERN_MAX_COLS][FU];                                                                   \
+        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) for (int u = 0; u < FU; u++) acc[c][u] =     \
+            _mm256_setzero_ps();                                                                         \
+        int64_t i = 0;                                                                                   \
+        for (; i + 8 * FU <= k; i += 8 * FU) {                                                           \
+            for (int b = 0; b < 8 * FU * (wsz); b += 64) prefetch_ahead(w + i * (wsz) + b, 64);         \
+            _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                       \
+                const __m256 wv = load(w + (i + 8 * u) * (wsz));                                         \
+                _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {                                   \
+                    const float *x = (const float *)(xa + (size_t)c * st) + i + 8 * u;                   \
+                    acc[c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), acc[c][u]);                      \
+                }                                                                                        \
+            }                                                                                            \
+        }                                                                                                \
+        /* Fewer than 8 * FU left: whole vectors, then a zero-padded last one   \
+         * (0 * 0 adds nothing, and garbage past the end cannot make a NaN).    \
+         * u is a constant after unrolling, so acc stays in registers. */      \
+        _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                           \
+            if (i >= k) break;                                                                           \
+            if (i + 8 <= k) {                                                                            \
+                const __m256 wv = load(w + i * (wsz));                                                   \
+                _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {                                   \
+                    const float *x = (const float *)(xa + (size_t)c * st) + i;                           \
+                    acc[c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), acc[c][u]);                      \
+                }                                                                                        \
+            } else {                                                                                     \
+                char wt[8 * 4] = {0};                                                                    \
+                memcpy(wt, w + i * (wsz), (size_t)(k - i) * (wsz));                                      \
+                const __m256 wv = load(wt);                                                              \
+                _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {                                   \
+                    float xt[8] = {0};                                                                   \
+                    memcpy(xt, (const float *)(xa + (size_t)c * st) + i, (size_t)(k - i) * sizeof(float)); \
+                    acc[c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xt), acc[c][u]);                     \
+                }                                                                                        \
+            }                                                                                            \
+            i += 8;                                                                                      \
+        }                                                                                                \
+        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) out[c] = hsum8(                             \
+            _mm256_add_ps(_mm256_add_ps(acc[c][0], acc[c][1]), _mm256_add_ps(acc[c][2], acc[c][3])));    \
+    }
+
+FLOAT_DOT(f32, 4, load8_f32)
+FLOAT_DOT(f16, 2, load8_f16)
+FLOAT_DOT(bf16, 2, load8_bf16)
+
+/* Serve any column count in groups of at most maxc columns, each group with
+ * a body specialised for its exact count. */
+#define COLS_ENTRY(name, body, maxc)                                                                     \
+    static void name(int64_t k, const void *w, const void *xa, size_t st, int nc, float *out) {          \
+        const char *x = xa;                                                                              \
+        while (nc > 0) {                                                                                 \
+            const int n = nc < (maxc) ? nc : (maxc);                                                     \
+            /* (maxc) is a constant: bodies for counts above it are never built */                      \
+            if (n == 1)                                                                                  \
+                body(k, w, x, st, 1, out);                                                               \
+            else if (n == 2 || (maxc) < 3)                                                               \
+                body(k, w, x, st, 2, out);                                                               \
+            else if (n == 3 || (maxc) < 4)                                                               \
+                body(k, w, x, st, 3, out);                                                               \
+            else                                                                                         \
+                body(k, w, x, st, 4, out);                                                               \
+            x += (size_t)n * st;                                                                         \
+            out += n;                                                                                    \
+            nc -= n;                                                                                     \
+        }                                                                                                \
+    }
+
+COLS_ENTRY(dot_f32_avx2, f32_cols, FLOAT_COLS)
+COLS_ENTRY(dot_f16_avx2, f16_cols, FLOAT_COLS)
+COLS_ENTRY(dot_bf16_avx2, bf16_cols, FLOAT_COLS)
+
+static void act_copy_avx2(const float *x, void *xa, int64_t k) {
+    memcpy(xa, x, (size_t)k * sizeof(float));
+}
+
+/* ---- 32-blocks ------------------------------------------------------------ */
+
+#define LUT(h) (&legacy_fp16_lut[(h)])
+
+/* 32 nibbles of a 16-byte qs: low nibbles -> bytes 0..15, high -> 16..31. */
+ALWAYS_INLINE __m256i nibbles32(const uint8_t *qs) {
+    /* A broadcast from memory is a pure load; the upper copy is shifted by 4
+     * with a per-lane shift, so no shuffle-port insert is needed. */
+    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(15));
+}
+
+/* Byte j = 0xFF when bit j of h is set, else 0. */
+ALWAYS_INLINE __m256i bits_to_bytes(const uint8_t qh[4]) {
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    __m256i v = _mm256_set1_epi32((int)h);
+    v = _mm256_shuffle_epi8(v, _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+    /* Each byte of the OR mask has every bit set but bit (j mod 8). */
+    v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1));
+}
+
+/* int32 x8 whose total is sum_j u[j] * s[j] (u unsigned, s signed; no int16
+ * saturation: |u| <= 128 and |s| <= 127 here). */
+ALWAYS_INLINE __m256i dot_us(__m256i u, __m256i s) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+/* Block steps. Every way of forming a column's int32 block sum below is
+ * exact (and gives the same value in every int32 lane: the sum over four
+ * consecutive bytes), so the float results do not depend on which one runs:
+ * the choice is made per column count (a constant after inlining) purely for
+ * speed, and one-column and multi-column calls agree bit for bit. After the
+ * sum: acc += float(sum) * (d_w * d_a), one FMA per block and column. */
+
+/* Signed weights ws: |w| times a with w's sign moved onto a. */
+ALWAYS_INLINE void step_signed(__m256i ws, fp16_t dw, const char *xa, size_t st, int64_t ib, int nc, __m256 *acc) {
+    const __m256i aw = _mm256_sign_epi8(ws, ws); /* |w|; -128 reads as unsigned 128 */
+    const __m256 dwv = _mm256_broadcast_ss(LUT(dw));
+    _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {
+        const block_q8_0 *a = (const block_q8_0 *)(xa + (size_t)c * st) + ib;
+        const __m256i as = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a->qs), ws);
+        const __m256 p = _mm256_cvtepi32_ps(dot_us(aw, as));
+        acc[c] = _mm256_fmadd_ps(p, _mm256_mul_ps(dwv, _mm256_broadcast_ss(LUT(a->d))), acc[c]);
+    }
+}
+
+/* Offset weights w = q - off with unsigned quants q (Q4_0: off 8, Q5_0: 16).
+ * One column: q is already maddubs' unsigned operand, so the int16 pairs are
+ * q*a - off*a (no saturation: q <= 31, off <= 16, |a| <= 127), one op fewer
+ * than forming w and moving its sign. Several columns: step_signed, whose
+ * per-column cost is lower once w is formed. */
+ALWAYS_INLINE void step_offset(__m256i q, int off, fp16_t dw, const char *xa, size_t st, int64_t ib, int nc,
+                               __m256 *acc) {
+    if (nc == 1) {
+        const block_q8_0 *a = (const block_q8_0 *)xa + ib;
+        const __m256i av = _mm256_loadu_si256((const __m256i *)a->qs);
+        const __m256i p16 =
+            _mm256_sub_epi16(_mm256_maddubs_epi16(q, av), _mm256_maddubs_epi16(_mm256_set1_epi8((char)off), av));
+        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+        acc[0] = _mm256_fmadd_ps(p, _mm256_mul_ps(_mm256_broadcast_ss(LUT(dw)), _mm256_broadcast_ss(LUT(a->d))), acc[0]);
+        return;
+    }
+    step_signed(_mm256_sub_epi8(q, _mm256_set1_epi8((char)off)), dw, xa, st, ib, nc, acc);
+}
+
+/* Unsigned-weight block step with a min (Q4_1 / Q5_1 against Q8_1). */
+ALWAYS_INLINE void step_min(__m256i q, fp16_t dw, fp16_t mw, const char *xa, size_t st, int64_t ib, int nc,
+                            __m256 *acc, __m128 *accm) {
+    const __m256 dwv = _mm256_broadcast_ss(LUT(dw));
+    const __m128 mwv = _mm_load_ss(LUT(mw));
+    _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {
+        const block_q8_1 *a = (const block_q8_1 *)(xa + (size_t)c * st) + ib;
+        const __m256 p = _mm256_cvtepi32_ps(dot_us(q, _mm256_loadu_si256((const __m256i *)a->qs)));
+        acc[c] = _mm256_fmadd_ps(p, _mm256_mul_ps(dwv, _mm256_broadcast_ss(LUT(a->d))), acc[c]);
+        accm[c] = _mm_fmadd_ss(mwv, _mm_load_ss(LUT(a->s)), accm[c]);
+    }
+}
+
+ALWAYS_INLINE void blk_q4_0(const char *w, int64_t ib, const char *xa, size_t st, int nc, __m256 *acc, __m128 *accm) {
+    (void)accm;
+    const block_q4_0 *b = (const block_q4_0 *)w + ib;
+    step_offset(nibbles32(b->qs), 8, b->d, xa, st, ib, nc, acc);
+}
+
+/* The 32 five-bit quants of a Q5_0 / Q5_1 block, unsigned (0..31). */
+ALWAYS_INLINE __m256i quants5(const uint8_t *qs, const uint8_t qh[4]) {
+    return _mm256_or_si256(nibbles32(qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
+}
+
+ALWAYS_INLINE void blk_q5_0(const char *w, int64_t ib, const char *xa, size_t st, int nc, __m256 *acc, __m128 *accm) {
+    (void)accm;
+    const block_q5_0 *b = (const block_q5_0 *)w + ib;
+    step_offset(quants5(b->qs, b->qh), 16, b->d, xa, st, ib, nc, acc);
+}
+
+ALWAYS_INLINE void blk_q8_0(const char *w, int64_t ib, const char *xa, size_t st, int nc, __m256 *acc, __m128 *accm) {
+    (void)accm;
+    const block_q8_0 *b = (const block_q8_0 *)w + ib;
+    step_signed(_mm256_loadu_si256((const __m256i *)b->qs), b->d, xa, st, ib, nc, acc);
+}
+
+ALWAYS_INLINE void blk_q4_1(const char *w, int64_t ib, const char *xa, size_t st, int nc, __m256 *acc, __m128 *accm) {
+    const block_q4_1 *b = (const block_q4_1 *)w + ib;
+    step_min(nibbles32(b->qs), b->d, b->m, xa, st, ib, nc, acc, accm);
+}
+
+ALWAYS_INLINE void blk_q5_1(const char *w, int64_t ib, const char *xa, size_t st, int nc, __m256 *acc, __m128 *accm) {
+    const block_q5_1 *b = (const block_q5_1 *)w + ib;
+    step_min(quants5(b->qs, b->qh), b->d, b->m, xa, st, ib, nc, acc, accm);
+}
+
+/* Even blocks into acc0 / accm0, odd blocks into acc1 / accm1; result
+ * hsum(acc0 + acc1) + (accm0 + accm1) (the min terms are zero for the
+ * formats without a min). */
+#define BLOCK_DOT(name, blk, bsz)                                                                             \
+    ALWAYS_INLINE void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
+                                   float *out) {                                                         \
+        TERN_CHECK(k % QK == 0);                                                                         \
+        TERN_CHECK(legacy_fp16_lut[0x3c00] == 1.0f); /* legacy_lut_init ran */                          \
+        const int64_t nb = k / QK;                                                                       \
+        __m256 acc0[KERN_MAX_COLS], acc1[KERN_MAX_COLS];                                                 \
+        __m128 accm0[KERN_MAX_COLS], accm1[KERN_MAX_COLS];                                               \
+        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {                                           \
+            acc0[c] = acc1[c] = _mm256_setzero_ps();                                                     \
+            accm0[c] = accm1[c] = _mm_setzero_ps();                                                      \
+        }                                                                                                \
+        int64_t i = 0;                                                                                   \
+        for (; i + 2 <= nb; i += 2) {                                                                    \
+            prefetch_ahead(w + (size_t)i * (bsz), 2 * (bsz));                                            \
+            blk(w, i, xa, st, nc, acc0, accm0);                                                          \
+            blk(w, i + 1, xa, st, nc, acc1, accm1);                                                      \
+        }                                                                                                \
+        if (i < nb) blk(w, i, xa, st, nc, acc0, accm0);                                                  \
+        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) out[c] =                                    \
+            hsum8(_mm256_add_ps(acc0[c], acc1[c])) + _mm_cvtss_f32(_mm_add_ss(accm0[c], accm1[c]));       \
+    }
+
+BLOCK_DOT(q4_0, blk_q4_0, sizeof(block_q4_0))
+BLOCK_DOT(q4_1, blk_q4_1, sizeof(block_q4_1))
+BLOCK_DOT(q5_0, blk_q5_0, sizeof(block_q5_0))
+BLOCK_DOT(q5_1, blk_q5_1, sizeof(block_q5_1))
+BLOCK_DOT(q8_0, blk_q8_0, sizeof(block_q8_0))
+
+COLS_ENTRY(dot_q4_0_avx2, q4_0_cols, KERN_MAX_COLS)
+COLS_ENTRY(dot_q4_1_avx2, q4_1_cols, KERN_MAX_COLS)
+COLS_ENTRY(dot_q5_0_avx2, q5_0_cols, KERN_MAX_COLS)
+COLS_ENTRY(dot_q5_1_avx2, q5_1_cols, KERN_MAX_COLS)
+COLS_ENTRY(dot_q8_0_avx2, q8_0_cols, KERN_MAX_COLS)
+
+/* ---- activation quantizers ------------------------------------------------ */
+
+/* roundf (half away from zero) of each lane, exactly: truncate, then step
+ * away from zero when the dropped fraction is at least one half. NaN -> 0. */
+ALWAYS_INLINE __m256 round_away(__m256 p) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(p, t));
+    const __m256 step = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(sign, p));
+    const __m256 r = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ), step));
+    return _mm256_and_ps(r, _mm256_cmp_ps(p, p, _CMP_ORD_Q));
+}
+
+/* One block of 32 floats to 32 int8 quants, as the reference: d = amax/127,
+ * q = roundf(x * (1/d)) clamped to +-127. Returns the float d; *sum gets the
+ * sum of the quants. */
+ALWAYS_INLINE float q8_block(const float *x, int8_t *qs, fp16_t *dout, int *sum) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v[4], amax = _mm256_setzero_ps();
+    for (int j = 0; j < 4; j++) {
+        v[j] = _mm256_loadu_ps(x + 8 * j);
+        /* max_ps returns its second operand when either is NaN: NaNs are skipped, as in the scalar loop. */
+        amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[j]), amax);
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    const float d = _mm_cvtss_f32(m) / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    *dout = f32_to_fp16(d);
+    const __m256 vid = _mm256_set1_ps(id), lim = _mm256_set1_ps(127.0f);
+    __m256i q[4];
+    for (int j = 0; j < 4; j++) {
+        __m256 r = round_away(_mm256_mul_ps(v[j], vid));
+        r = _mm256_min_ps(_mm256_max_ps(r, _mm256_sub_ps(_mm256_setzero_ps(), lim)), lim);
+        q[j] = _mm256_cvttps_epi32(r);
+    }
+    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    *sum = _mm_cvtsi128_si32(s4);
+    /* packs work per 128-bit lane: fix the dword order afterwards. */
+    const __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
+    const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)qs, p8);
+    return d;
+}
+
+static void act_q8_0_avx2(const float *x, void *xa, int64_t k) {
+    TERN_CHECK(k % QK == 0);
+    block_q8_0 *y = xa;
+    for (int64_t i = 0; i < k / QK; i++) {
+        int sum;
+        q8_block(x + i * QK, y[i].qs, &y[i].d, &sum);
+    }
+}
+
+static void act_q8_1_avx2(const float *x, void *xa, int64_t k) {
+    TERN_CHECK(k % QK == 0);
+    block_q8_1 *y = xa;
+    for (int64_t i = 0; i < k / QK; i++) {
+        int sum;
+        const float d = q8_block(x + i * QK, y[i].qs, &y[i].d, &sum);
+        y[i].s = f32_to_fp16((float)sum * d);
+    }
+}
+
+void legacy_register_float_avx2(kern_table_t t) {
+    t[TYPE_F32][ISA_AVX2] = (kern_ops_t){dot_f32_avx2, act_copy_avx2};
+    t[TYPE_F16][ISA_AVX2] = (kern_ops_t){dot_f16_avx2, act_copy_avx2};
+    t[TYPE_BF16][ISA_AVX2] = (kern_ops_t){dot_bf16_avx2, act_copy_avx2};
+}
+
+void legacy_register_blocks_avx2(kern_table_t t) {
+    t[TYPE_Q4_0][ISA_AVX2] = (kern_ops_t){dot_q4_0_avx2, act_q8_0_avx2};
+    t[TYPE_Q4_1][ISA_AVX2] = (kern_ops_t){dot_q4_1_avx2, act_q8_1_avx2};
+    t[TYPE_Q5_0][ISA_AVX2] = (kern_ops_t){dot_q5_0_avx2, act_q8_0_avx2};
+    t[TYPE_Q5_1][ISA_AVX2] = (kern_ops_t){dot_q5_1_avx2, act_q8_1_avx2};
+    t[TYPE_Q8_0][ISA_AVX2] = (kern_ops_t){dot_q8_0_avx2, act_q8_0_avx2};
+}
+
+#endif /* __x86_64__ */

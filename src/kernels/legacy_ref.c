@@ -1,0 +1,217 @@
+/*
+ * legacy_ref.c - scalar reference dot products and activation quantizers for
+ * the float formats (F32, F16, BF16 against F32 activations) and the
+ * 32-element block formats (Q4_0, Q5_0, Q8_0 against Q8_0 activations;
+ * Q4_1, Q5_1 against Q8_1), and the two register functions that put them,
+ * and the SIMD variants of legacy_avx2.c / legacy_avx512.c, in the table.
+ *
+ * These loops are the oracle the SIMD kernels are tested against, and the
+ * fallback on CPUs without AVX2, so they favour plainness. The block dots use
+ * ggml's per-block arithmetic (quant-layouts.md, "how the offset/min terms
+ * enter"): an exact integer sum per block, scaled by d_w * d_a in float, plus
+ * m_w * s_a for the formats with a min. The float formats sum each run of 32
+ * products in float, then add that partial sum to the row total, which
+ * keeps the error of a long row close to that of the SIMD versions.
+ *
+ * A multi-column call runs the one-column loop once per column, so each
+ * column is trivially bit-identical to a one-column call. F16 weights are
+ * converted through legacy_fp16_lut (a table of fp16_to_f32, so the same
+ * values), which the register functions fill before handing out kernels.
+ */
+#include <pthread.h>
+#include <string.h>
+
+#include "common.h"
+#include "kernels.h"
+#include "legacy.h"
+
+/* ---- fp16 table (legacy.h) ---------------------------------------------- */
+
+float legacy_fp16_lut[1 << 16] __attribute__((aligned(64)));
+static pthread_once_t g_lut_once = PTHREAD_ONCE_INIT;
+
+static void lut_fill(void) {
+    for (uint32_t h = 0; h < (1u << 16); h++) legacy_fp16_lut[h] = fp16_to_f32((fp16_t)h);
+}
+
+void legacy_lut_init(void) {
+    TERN_CHECK(pthread_once(&g_lut_once, lut_fill) == 0);
+}
+
+/* ---- float formats ------------------------------------------------------ */
+
+#define FLOAT_CHUNK 32
+
+static float dot_f32_1(int64_t k, const float *w, const float *x) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < k; i += FLOAT_CHUNK) {
+        const int64_t n = k - i < FLOAT_CHUNK ? k - i : FLOAT_CHUNK;
+        float s = 0.0f;
+        for (int64_t j = 0; j < n; j++) s += w[i + j] * x[i + j];
+        acc += s;
+    }
+    return acc;
+}
+
+static float dot_f16_1(int64_t k, const fp16_t *w, const float *x) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < k; i += FLOAT_CHUNK) {
+        const int64_t n = k - i < FLOAT_CHUNK ? k - i : FLOAT_CHUNK;
+        float s = 0.0f;
+        for (int64_t j = 0; j < n; j++) s += legacy_fp16_lut[w[i + j]] * x[i + j];
+        acc += s;
+    }
+    return acc;
+}
+
+static float dot_bf16_1(int64_t k, const uint16_t *w, const float *x) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < k; i += FLOAT_CHUNK) {
+        const int64_t n = k - i < FLOAT_CHUNK ? k - i : FLOAT_CHUNK;
+        float s = 0.0f;
+        for (int64_t j = 0; j < n; j++) s += bf16_to_f32(w[i + j]) * x[i + j];
+        acc += s;
+    }
+    return acc;
+}
+
+/* Weights and activations of the float formats may sit at any offset a GGUF
+ * file allows (2-byte alignment for F16/BF16, 4 for F32); the pointers are
+ * only ever dereferenced as their own element type. */
+static void dot_f32_ref(int64_t k, const void *w, const void *xa, size_t st, int nc, float *out) {
+    for (int c = 0; c < nc; c++) out[c] = dot_f32_1(k, w, (const float *)((const char *)xa + (size_t)c * st));
+}
+static void dot_f16_ref(int64_t k, const void *w, const void *xa, size_t st, int nc, float *out) {
+    for (int c = 0; c < nc; c++) out[c] = dot_f16_1(k, w, (const float *)((const char *)xa + (size_t)c * st));
+}
+static void dot_bf16_ref(int64_t k, const void *w, const void *xa, size_t st, int nc, float *out) {
+    for (int c = 0; c < nc; c++) out[c] = dot_bf16_1(k, w, (const float *)((const char *)xa + (size_t)c * st));
+}
+
+static void act_copy_ref(const float *x, void *xa, int64_t k) {
+    memcpy(xa, x, (size_t)k * sizeof(float));
+}
+
+/* ---- 32-blocks ------------------------------------------------------------ */
+
+static inline uint32_t qh_word(const uint8_t qh[4]) {
+    return (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+}
+
+static float dot_q4_0_1(int64_t nb, const block_q4_0 *w, const block_q8_0 *a) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int sumi = 0;
+        for (int j = 0; j < QK / 2; j++) {
+            sumi += ((w[i].qs[j] & 15) - 8) * a[i].qs[j];
+            sumi += ((w[i].qs[j] >> 4) - 8) * a[i].qs[j + QK / 2];
+        }
+        acc += (float)sumi * (fp16_to_f32(w[i].d) * fp16_to_f32(a[i].d));
+    }
+    return acc;
+}
+
+static float dot_q4_1_1(int64_t nb, const block_q4_1 *w, const block_q8_1 *a) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int sumi = 0;
+        for (int j = 0; j < QK / 2; j++) {
+            sumi += (w[i].qs[j] & 15) * a[i].qs[j];
+            sumi += (w[i].qs[j] >> 4) * a[i].qs[j + QK / 2];
+        }
+        acc += (float)sumi * (fp16_to_f32(w[i].d) * fp16_to_f32(a[i].d)) +
+               fp16_to_f32(w[i].m) * fp16_to_f32(a[i].s);
+    }
+    return acc;
+}
+
+static float dot_q5_0_1(int64_t nb, const block_q5_0 *w, const block_q8_0 *a) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        const uint32_t qh = qh_word(w[i].qh);
+        int sumi = 0;
+        for (int j = 0; j < QK / 2; j++) {
+            const int q0 = (w[i].qs[j] & 15) | (int)((qh >> j) & 1) << 4;
+            const int q1 = (w[i].qs[j] >> 4) | (int)((qh >> (j + QK / 2)) & 1) << 4;
+            sumi += (q0 - 16) * a[i].qs[j] + (q1 - 16) * a[i].qs[j + QK / 2];
+        }
+        acc += (float)sumi * (fp16_to_f32(w[i].d) * fp16_to_f32(a[i].d));
+    }
+    return acc;
+}
+
+static float dot_q5_1_1(int64_t nb, const block_q5_1 *w, const block_q8_1 *a) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        const uint32_t qh = qh_word(w[i].qh);
+        int sumi = 0;
+        for (int j = 0; j < QK / 2; j++) {
+            const int q0 = (w[i].qs[j] & 15) | (int)((qh >> j) & 1) << 4;
+            const int q1 = (w[i].qs[j] >> 4) | (int)((qh >> (j + QK / 2)) & 1) << 4;
+            sumi += q0 * a[i].qs[j] + q1 * a[i].qs[j + QK / 2];
+        }
+        acc += (float)sumi * (fp16_to_f32(w[i].d) * fp16_to_f32(a[i].d)) +
+               fp16_to_f32(w[i].m) * fp16_to_f32(a[i].s);
+    }
+    return acc;
+}
+
+static float dot_q8_0_1(int64_t nb, const block_q8_0 *w, const block_q8_0 *a) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        int sumi = 0;
+        for (int j = 0; j < QK; j++) sumi += w[i].qs[j] * a[i].qs[j];
+        acc += (float)sumi * (fp16_to_f32(w[i].d) * fp16_to_f32(a[i].d));
+    }
+    return acc;
+}
+
+#define BLOCK_DOT_REF(name, wblock, ablock)                                                            \
+    static void dot_##name##_ref(int64_t k, const void *w, const void *xa, size_t st, int nc,          \
+                                 float *out) {                                                         \
+        TERN_CHECK(k % QK == 0);                                                                       \
+        for (int c = 0; c < nc; c++)                                                                   \
+            out[c] = dot_##name##_1(k / QK, (const wblock *)w,                                         \
+                                    (const ablock *)((const char *)xa + (size_t)c * st));              \
+    }
+BLOCK_DOT_REF(q4_0, block_q4_0, block_q8_0)
+BLOCK_DOT_REF(q4_1, block_q4_1, block_q8_1)
+BLOCK_DOT_REF(q5_0, block_q5_0, block_q8_0)
+BLOCK_DOT_REF(q5_1, block_q5_1, block_q8_1)
+BLOCK_DOT_REF(q8_0, block_q8_0, block_q8_0)
+
+/* The reference quantizer is the scalar act; k is a multiple of QK (the
+ * drivers check row shapes before they quantize). */
+static void act_q8_0_ref(const float *x, void *xa, int64_t k) {
+    TERN_CHECK(quant_legacy_quantize_row(TYPE_Q8_0, x, xa, k) == 0);
+}
+static void act_q8_1_ref(const float *x, void *xa, int64_t k) {
+    TERN_CHECK(quant_legacy_quantize_row(TYPE_Q8_1, x, xa, k) == 0);
+}
+
+/* ---- registration ------------------------------------------------------- */
+
+
+void kern_register_float(kern_table_t t) {
+    legacy_lut_init();
+    t[TYPE_F32][ISA_SCALAR] = (kern_ops_t){dot_f32_ref, act_copy_ref};
+    t[TYPE_F16][ISA_SCALAR] = (kern_ops_t){dot_f16_ref, act_copy_ref};
+    t[TYPE_BF16][ISA_SCALAR] = (kern_ops_t){dot_bf16_ref, act_copy_ref};
+#if defined(__x86_64__)
+    legacy_register_float_avx2(t);
+    legacy_register_float_avx512(t);
+#endif
+}
+
+void kern_register_legacy(kern_table_t t) {
+    legacy_lut_init();
+    t[TYPE_Q4_0][ISA_SCALAR] = (kern_ops_t){dot_q4_0_ref, act_q8_0_ref};
+    t[TYPE_Q4_1][ISA_SCALAR] = (kern_ops_t){dot_q4_1_ref, act_q8_1_ref};
+    t[TYPE_Q5_0][ISA_SCALAR] = (kern_ops_t){dot_q5_0_ref, act_q8_0_ref};
+    t[TYPE_Q5_1][ISA_SCALAR] = (kern_ops_t){dot_q5_1_ref, act_q8_1_ref};
+    t[TYPE_Q8_0][ISA_SCALAR] = (kern_ops_t){dot_q8_0_ref, act_q8_0_ref};
+#if defined(__x86_64__)
+    legacy_register_blocks_avx2(t);
+    legacy_register_blocks_avx512(t);
+#endif
+}

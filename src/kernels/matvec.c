@@ -1,0 +1,379 @@
+/*
+ * matvec.c - the drivers that turn a weight matrix and float activations
+ * into pool work: matvec, several matrices sharing one input, the two-input
+ * matvec and GEMM.
+ *
+ * Every driver has the same three steps:
+ *   1. validate the arguments (a bad shape is an error, never a crash);
+ *   2. quantize each activation column ONCE into the weight format's
+ *      activation type, in a grow-only per-thread workspace (matrices whose
+ *      kernels share an act fn share the quantized copy);
+ *   3. one pool dispatch over the rows, one tern_range_t per matrix, where
+ *      every output element y[j][r] is produced by the format's dot fn for
+ *      row r and a tile of up to KERN_MAX_COLS columns containing j.
+ * The dot fn's contract (a column's result does not depend on which tile it
+ * is computed in) makes matvec, matvec2 and every GEMM column bit-identical,
+ * and since a row is never split, results do not depend on the thread count.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common.h"
+#include "kernels.h"
+
+/* ---- per-thread workspace --------------------------------------------- */
+
+typedef struct {
+    void *p;
+    size_t cap;
+} ws_t;
+
+static pthread_key_t g_ws_key;
+static pthread_once_t g_ws_once = PTHREAD_ONCE_INIT;
+static int g_ws_key_ok;
+
+static void ws_destroy(void *v) {
+    ws_t *w = v;
+    if (!w) return;
+    tern_free(w->p);
+    free(w);
+}
+
+static void ws_key_init(void) { g_ws_key_ok = pthread_key_create(&g_ws_key, ws_destroy) == 0; }
+
+/* The calling thread's workspace, grown to at least bytes (contents are not
+ * kept when it grows). NULL when out of memory. */
+static void *ws_get(size_t bytes) {
+    pthread_once(&g_ws_once, ws_key_init);
+    if (!g_ws_key_ok) return NULL;
+    ws_t *w = pthread_getspecific(g_ws_key);
+    if (!w) {
+        w = calloc(1, sizeof *w);
+        if (!w) return NULL;
+        if (pthread_setspecific(g_ws_key, w) != 0) {
+            free(w);
+            return NULL;
+        }
+    }
+    if (w->cap < bytes) {
+        /* Grow geometrically so a sequence of slightly larger calls (a KV
+         * cache or a prompt growing) does not reallocate every time. */
+        size_t cap = w->cap + w->cap / 2;
+        if (cap < bytes) cap = bytes;
+        tern_free(w->p);
+        w->p = tern_alloc(cap);
+        w->cap = w->p ? cap : 0;
+        if (!w->p) return NULL;
+    }
+    return w->p;
+}
+
+void kern_thread_release(void) {
+    pthread_once(&g_ws_once, ws_key_init);
+    if (!g_ws_key_ok) return;
+    ws_t *w = pthread_getspecific(g_ws_key);
+    if (!w) return;
+    pthread_setspecific(g_ws_key, NULL);
+    ws_destroy(w);
+}
+
+/* ---- the row job ------------------------------------------------------ */
+
+/* Rows of weights per block in the GEMM loop: about this many bytes, so a
+ * block stays in L2 while every column tile passes over it, and each tile's
+ * activations (at most KERN_MAX_COLS rows of act) stay in L1/L2 across the
+ * rows of the block. */
+#define GEMM_BLOCK_BYTES (128 * 1024)
+/* Rows per chunk boundary handed to the pool: 16 floats of y = one cache
+ * line, so two threads never write the same line of an output column. */
+#define ROW_ALIGN 16
+/* Interleaved read streams per chunk in the matvec loop. */
+#define MV_STREAMS 4
+/* From this many columns on, quantizing them is worth its own dispatch. */
+#define ACT_PARALLEL_MIN_COLS 16
+
+typedef struct {
+    kern_dot_fn dot;
+    int64_t k;
+    size_t row_bytes;
+    const char *w;
+    const char *xa;   /* column 0's activations */
+    size_t xa_stride; /* bytes between columns */
+    int64_t n;        /* columns */
+    /* Output of column j: ycol[j] when n <= KERN_MAX_COLS and ycol[0] is
+     * set (matvec2's unrelated buffers), else y + j * ldy. */
+    float *ycol[KERN_MAX_COLS];
+    float *y;
+    int64_t ldy;
+    int64_t block_rows;
+} mv_job_t;
+
+static inline float *job_col(const mv_job_t *j, int64_t c) {
+    return j->ycol[0] ? j->ycol[c] : j->y + c * j->ldy;
+}
+
+/* One row through the dot fn, scattered to the columns' outputs. */
+static inline void mv_row(const mv_job_t *j, const char *xa, int nc, float *const *yc, int64_t r) {
+    float out[KERN_MAX_COLS];
+    j->dot(j->k, j->w + (size_t)r * j->row_bytes, xa, j->xa_stride, nc, out);
+    for (int c = 0; c < nc; c++) yc[c][r] = out[c];
+}
+
+static int mv_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+    (void)worker;
+    const mv_job_t *j = ctx;
+    if (j->n <= KERN_MAX_COLS) {
+        /* Matvec (and matvec2, small GEMM): one tile of columns, memory
+         * bound. The chunk is read as MV_STREAMS interleaved sub-ranges, so
+         * a core keeps several independent prefetch streams in flight (one
+         * sequential stream per core leaves bandwidth unused; see
+         * bench/probe.c). Each row is still one dot call: same bits. */
+        const int nc = (int)j->n;
+        float *yc[KERN_MAX_COLS];
+        for (int c = 0; c < nc; c++) yc[c] = job_col(j, c);
+        const int64_t len = r1 - r0;
+        const int s_n = len >= (int64_t)MV_STREAMS * 4 ? MV_STREAMS : 1;
+        const int64_t q = len / s_n;
+        for (int64_t i = 0; i < q; i++)
+            for (int s = 0; s < s_n; s++) mv_row(j, j->xa, nc, yc, r0 + s * q + i);
+        for (int64_t r = r0 + s_n * q; r < r1; r++) mv_row(j, j->xa, nc, yc, r);
+        return 0;
+    }
+    /* GEMM: blocks of rows that stay in L2 while every tile of columns
+     * passes over them; a tile's activations stay in L1/L2 along the rows. */
+    for (int64_t b0 = r0; b0 < r1; b0 += j->block_rows) {
+        const int64_t b1 = b0 + j->block_rows < r1 ? b0 + j->block_rows : r1;
+        for (int64_t c0 = 0; c0 < j->n; c0 += KERN_MAX_COLS) {
+            const int nc = j->n - c0 < KERN_MAX_COLS ? (int)(j->n - c0) : KERN_MAX_COLS;
+            const char *xa = j->xa + (size_t)c0 * j->xa_stride;
+            float *yc[KERN_MAX_COLS];
+            for (int c = 0; c < nc; c++) yc[c] = job_col(j, c0 + c);
+            for (int64_t r = b0; r < b1; r++) mv_row(j, xa, nc, yc, r);
+        }
+    }
+    return 0;
+}
+
+/* ---- activation quantization ----------------------------------------- */
+
+/* One distinct act fn of a call and where its quantized columns live. */
+typedef struct {
+    kern_act_fn act;
+    size_t stride; /* bytes between columns, 64-aligned */
+    char *base;
+} act_group_t;
+
+typedef struct {
+    const act_group_t *g;
+    const float *x;
+    int64_t ldx, k, n;
+} act_job_t;
+
+static int act_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+    (void)worker;
+    const act_job_t *a = ctx;
+    for (int64_t i = r0; i < r1; i++) {
+        const act_group_t *g = &a->g[i / a->n];
+        int64_t c = i % a->n;
+        g->act(a->x + c * a->ldx, g->base + (size_t)c * g->stride, a->k);
+    }
+    return 0;
+}
+
+/* ---- the common driver ------------------------------------------------ */
+
+typedef struct {
+    const char *fn;      /* caller's name, for messages */
+    int nm;              /* matrices */
+    const kern_mat_t *const *w;
+    int64_t n;           /* columns */
+    const float *x;      /* column c at x + c * ldx */
+    int64_t ldx;
+    float *const *y;     /* per matrix */
+    const int64_t *ldy;  /* per matrix; NULL: n == 1 */
+    float *ycol2[2];     /* matvec2's separate outputs (nm == 1, n == 2) */
+    const float *xcol2[2];
+} drive_t;
+
+static int check_mat(const drive_t *d, int i, const kern_mat_t *m, kern_isa_t isa, const kern_ops_t **ops,
+                     tern_error_t *err) {
+    char where[48] = "";
+    if (d->nm > 1) snprintf(where, sizeof where, " (matrix %d)", i);
+    if (!m) return tern_err(err, TERN_EINVAL, "%s: matrix is NULL%s", d->fn, where);
+    const quant_traits_t *t = quant_traits(m->type);
+    if (!t || !t->weight)
+        return tern_err(err, TERN_EINVAL, "%s: type %d (%s) is not a weight type%s", d->fn, m->type,
+                        quant_name(m->type), where);
+    *ops = kern_ops(m->type, isa);
+    if (!*ops)
+        return tern_err(err, TERN_EUNSUP, "%s: no kernel for type %s%s", d->fn, t->name, where);
+    if (m->rows < 0 || m->cols <= 0)
+        return tern_err(err, TERN_EINVAL, "%s: bad shape %lld x %lld%s", d->fn, (long long)m->rows,
+                        (long long)m->cols, where);
+    if (m->cols % t->blck)
+        return tern_err(err, TERN_EINVAL, "%s: cols %lld is not a multiple of the %s block of %d%s", d->fn,
+                        (long long)m->cols, t->name, t->blck, where);
+    size_t need = quant_row_size(m->type, m->cols);
+    if (need == 0 || m->row_bytes < need)
+        return tern_err(err, TERN_EINVAL, "%s: row_bytes %zu is less than a row of %lld %s elements (%zu)%s",
+                        d->fn, m->row_bytes, (long long)m->cols, t->name, need, where);
+    uint64_t total;
+    if (tern_mul_overflow_u64((uint64_t)m->rows, (uint64_t)m->row_bytes, &total) || total > SIZE_MAX ||
+        total > (uint64_t)INT64_MAX)
+        return tern_err(err, TERN_EINVAL, "%s: %lld rows of %zu bytes overflow%s", d->fn, (long long)m->rows,
+                        m->row_bytes, where);
+    if (m->rows > 0 && !m->data) return tern_err(err, TERN_EINVAL, "%s: matrix data is NULL%s", d->fn, where);
+    return 0;
+}
+
+static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
+    if (d->nm < 1 || d->nm > KERN_MAX_MULTI)
+        return tern_err(err, TERN_EINVAL, "%s: %d matrices (1..%d)", d->fn, d->nm, KERN_MAX_MULTI);
+    if (!d->w) return tern_err(err, TERN_EINVAL, "%s: matrix list is NULL", d->fn);
+    if (d->n < 1) return tern_err(err, TERN_EINVAL, "%s: %lld columns (need >= 1)", d->fn, (long long)d->n);
+    kern_isa_t isa = kern_isa_active();
+    const kern_ops_t *ops[KERN_MAX_MULTI];
+    for (int i = 0; i < d->nm; i++) {
+        int rc = check_mat(d, i, d->w[i], isa, &ops[i], err);
+        if (rc) return rc;
+    }
+    const int64_t k = d->w[0]->cols;
+    for (int i = 1; i < d->nm; i++)
+        if (d->w[i]->cols != k)
+            return tern_err(err, TERN_EINVAL, "%s: matrix %d has %lld cols, matrix 0 has %lld", d->fn, i,
+                            (long long)d->w[i]->cols, (long long)k);
+    if (d->xcol2[0]) {
+        if (!d->xcol2[1] || !d->ycol2[0] || !d->ycol2[1])
+            return tern_err(err, TERN_EINVAL, "%s: NULL input or output vector", d->fn);
+    } else {
+        if (!d->x) return tern_err(err, TERN_EINVAL, "%s: input is NULL", d->fn);
+        if (d->n > 1 && d->ldx < k)
+            return tern_err(err, TERN_EINVAL, "%s: ldx %lld < cols %lld", d->fn, (long long)d->ldx, (long long)k);
+        if (!d->y) return tern_err(err, TERN_EINVAL, "%s: output list is NULL", d->fn);
+        for (int i = 0; i < d->nm; i++) {
+            if (!d->y[i]) return tern_err(err, TERN_EINVAL, "%s: output %d is NULL", d->fn, i);
+            if (d->n > 1 && d->ldy[i] < d->w[i]->rows)
+                return tern_err(err, TERN_EINVAL, "%s: ldy %lld < rows %lld (matrix %d)", d->fn,
+                                (long long)d->ldy[i], (long long)d->w[i]->rows, i);
+        }
+    }
+
+    /* Group the matrices by act fn; lay out each group's columns. */
+    act_group_t groups[KERN_MAX_MULTI];
+    int gi[KERN_MAX_MULTI];
+    int ng = 0;
+    uint64_t total = 0;
+    for (int i = 0; i < d->nm; i++) {
+        int g = 0;
+        while (g < ng && groups[g].act != ops[i]->act) g++;
+        size_t bytes = kern_act_size(d->w[i]->type, k);
+        if (bytes == 0) return tern_err(err, TERN_EINVAL, "%s: cannot size activations of %lld", d->fn, (long long)k);
+        uint64_t stride = ((uint64_t)bytes + 63) & ~(uint64_t)63;
+        if (g == ng) {
+            groups[ng++] = (act_group_t){ops[i]->act, (size_t)stride, NULL};
+        } else if (stride > groups[g].stride) {
+            groups[g].stride = (size_t)stride;
+        }
+        gi[i] = g;
+    }
+    for (int g = 0; g < ng; g++) {
+        uint64_t sz;
+        if (tern_mul_overflow_u64((uint64_t)d->n, groups[g].stride, &sz) || tern_add_overflow_u64(total, sz, &total))
+            return tern_err(err, TERN_EINVAL, "%s: %lld columns of %lld: activations overflow", d->fn,
+                            (long long)d->n, (long long)k);
+    }
+    if (total > SIZE_MAX) return tern_err(err, TERN_EINVAL, "%s: activations too large", d->fn);
+    char *ws = ws_get((size_t)total);
+    if (!ws) return tern_err(err, TERN_ENOMEM, "%s: out of memory for %llu bytes of activations", d->fn,
+                             (unsigned long long)total);
+    size_t off = 0;
+    for (int g = 0; g < ng; g++) {
+        groups[g].base = ws + off;
+        off += (size_t)d->n * groups[g].stride;
+    }
+
+    if (d->xcol2[0]) {
+        for (int g = 0; g < ng; g++)
+            for (int c = 0; c < 2; c++) groups[g].act(d->xcol2[c], groups[g].base + c * groups[g].stride, k);
+    } else if (d->n >= ACT_PARALLEL_MIN_COLS && tern_pool_threads(pool) > 1) {
+        act_job_t aj = {groups, d->x, d->ldx, k, d->n};
+        tern_range_t ar = {act_rows, &aj, (int64_t)ng * d->n, 1, k * (int64_t)sizeof(float)};
+        int rc = tern_pool_run(pool, &ar, 1, err);
+        if (rc) return rc;
+    } else {
+        for (int g = 0; g < ng; g++)
+            for (int64_t c = 0; c < d->n; c++)
+                groups[g].act(d->x + c * d->ldx, groups[g].base + (size_t)c * groups[g].stride, k);
+    }
+
+    mv_job_t jobs[KERN_MAX_MULTI];
+    tern_range_t ranges[KERN_MAX_MULTI];
+    int nr = 0;
+    for (int i = 0; i < d->nm; i++) {
+        const kern_mat_t *m = d->w[i];
+        if (m->rows == 0) continue;
+        mv_job_t *j = &jobs[nr];
+        *j = (mv_job_t){.dot = ops[i]->dot,
+                        .k = k,
+                        .row_bytes = m->row_bytes,
+                        .w = m->data,
+                        .xa = groups[gi[i]].base,
+                        .xa_stride = groups[gi[i]].stride,
+                        .n = d->n,
+                        .y = d->y ? d->y[i] : NULL,
+                        .ldy = d->ldy ? d->ldy[i] : 0};
+        if (d->xcol2[0]) {
+            j->ycol[0] = d->ycol2[0];
+            j->ycol[1] = d->ycol2[1];
+        }
+        int64_t br = (int64_t)(GEMM_BLOCK_BYTES / m->row_bytes);
+        j->block_rows = br < 1 ? 1 : br;
+        /* The serial gate weighs bytes touched; a row of GEMM touches its
+         * weights once but computes n columns on them. */
+        int64_t cost = (int64_t)m->row_bytes;
+        int64_t tiles = (d->n + KERN_MAX_COLS - 1) / KERN_MAX_COLS;
+        cost = cost > INT64_MAX / tiles ? INT64_MAX : cost * tiles;
+        ranges[nr] = (tern_range_t){mv_rows, j, m->rows, ROW_ALIGN, cost};
+        nr++;
+    }
+    if (nr == 0) return 0;
+    return tern_pool_run(pool, ranges, nr, err);
+}
+
+int kern_matvec(tern_pool_t *pool, const kern_mat_t *w, const float *x, float *y, tern_error_t *err) {
+    const kern_mat_t *ws[1] = {w};
+    float *ys[1] = {y};
+    drive_t d = {.fn = "kern_matvec", .nm = 1, .w = ws, .n = 1, .x = x, .ldx = 0, .y = ys};
+    return drive(pool, &d, err);
+}
+
+int kern_matvec_multi(tern_pool_t *pool, int n, const kern_mat_t *const *w, const float *x, float *const *y,
+                      tern_error_t *err) {
+    drive_t d = {.fn = "kern_matvec_multi", .nm = n, .w = w, .n = 1, .x = x, .ldx = 0, .y = y};
+    return drive(pool, &d, err);
+}
+
+int kern_matvec2(tern_pool_t *pool, const kern_mat_t *w, const float *x0, const float *x1, float *y0,
+                 float *y1, tern_error_t *err) {
+    if (!x0 || !x1 || !y0 || !y1) return tern_err(err, TERN_EINVAL, "kern_matvec2: NULL input or output vector");
+    const kern_mat_t *ws[1] = {w};
+    drive_t d = {.fn = "kern_matvec2", .nm = 1, .w = ws, .n = 2, .ycol2 = {y0, y1}, .xcol2 = {x0, x1}};
+    return drive(pool, &d, err);
+}
+
+int kern_gemm(tern_pool_t *pool, const kern_mat_t *w, int64_t n, const float *x, int64_t ldx, float *y,
+              int64_t ldy, tern_error_t *err) {
+    const kern_mat_t *ws[1] = {w};
+    float *ys[1] = {y};
+    int64_t ldys[1] = {ldy};
+    drive_t d = {.fn = "kern_gemm", .nm = 1, .w = ws, .n = n, .x = x, .ldx = ldx, .y = ys, .ldy = ldys};
+    return drive(pool, &d, err);
+}
+
+int kern_gemm_multi(tern_pool_t *pool, int nm, const kern_mat_t *const *w, int64_t n, const float *x,
+                    int64_t ldx, float *const *y, const int64_t *ldy, tern_error_t *err) {
+    if (n > 1 && !ldy) return tern_err(err, TERN_EINVAL, "kern_gemm_multi: ldy is NULL");
+    drive_t d = {.fn = "kern_gemm_multi", .nm = nm, .w = w, .n = n, .x = x, .ldx = ldx, .y = y, .ldy = ldy};
+    return drive(pool, &d, err);
+}

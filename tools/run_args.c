@@ -1,0 +1,272 @@
+/* run_args.c - see run_args.h. */
+#include "run_args.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(const char *cmd, FILE *out) {
+    fprintf(out,
+            "usage: tern %s -m FILE [options]\n"
+            "  -m, --model FILE          GGUF model\n",
+            cmd);
+    if (!strcmp(cmd, "run"))
+        fprintf(out,
+                "  -p, --prompt TEXT         prompt (default: empty, BOS only)\n"
+                "  -f, --file FILE           read the prompt from a file\n"
+                "  -n, --n-predict N         tokens to generate (-1: until end of text or full context; default -1)\n"
+                "  --special                 recognize special tokens in the prompt\n"
+                "  --no-bos                  do not prepend BOS\n"
+                "  --ids                     print the generated token ids (one line) instead of text\n"
+                "  --no-display-prompt       do not echo the prompt\n");
+    if (!strcmp(cmd, "chat"))
+        fprintf(out,
+                "  -sys, --system TEXT       system message\n"
+                "  --chat-template NAME      chatml, llama3, llama2, mistral, phi3 (default: from the model)\n"
+                "  -n, --n-predict N         max tokens per reply (-1: until end of turn; default -1)\n");
+    if (!strcmp(cmd, "perplexity"))
+        fprintf(out, "  -f, --file FILE           text to score\n");
+    fprintf(out,
+            "  -t, --threads N           threads in all (default: physical performance cores)\n"
+            "  -c, --ctx-size N          context size (default: %s)\n"
+            "  -b, --batch-size N        prompt positions per forward block (default 512)\n"
+            "  --kv-f32                  F32 KV cache (default F16); also -ctk f32\n"
+            "  --profile                 per-op time split with the timings\n",
+            strcmp(cmd, "perplexity") ? "the model's, capped to fit memory" : "512");
+    if (strcmp(cmd, "perplexity"))
+        fprintf(out,
+                "sampling (applied in this order: penalties, top-k, top-p, min-p, temperature):\n"
+                "  --repeat-penalty F        (default 1.0, off)   --repeat-last-n N (default 64)\n"
+                "  --presence-penalty F      (default 0)          --frequency-penalty F (default 0)\n"
+                "  --top-k N                 (default 40, 0 off)  --top-p F (default 0.95, 1 off)\n"
+                "  --min-p F                 (default 0.05, 0 off)\n"
+                "  --temp F                  (default 0.8; 0 = greedy)\n"
+                "  -s, --seed N              RNG seed (default 0x7e57); the same seed reproduces a run\n");
+}
+
+static int parse_i32(const char *s, const char *flag, int32_t lo, int32_t hi, int32_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 0);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "tern: %s wants an integer in [%d, %d], got '%s'\n", flag, lo, hi, s);
+        return -1;
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int parse_f32(const char *s, const char *flag, float *out) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) {
+        fprintf(stderr, "tern: %s wants a number, got '%s'\n", flag, s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int run_opts_parse(run_opts_t *o, int argc, char **argv, const char *cmd) {
+    memset(o, 0, sizeof *o);
+    o->n_predict = -1;
+    o->n_batch = 512;
+    o->sp = tern_sampler_default_params();
+    if (!strcmp(cmd, "perplexity")) o->n_ctx = 512;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define IS(x) (!strcmp(a, x))
+#define NEED()                                                            \
+    do {                                                                  \
+        if (!v) {                                                         \
+            fprintf(stderr, "tern %s: %s needs a value\n", cmd, a);       \
+            return 2;                                                     \
+        }                                                                 \
+        i++;                                                              \
+    } while (0)
+        if (IS("-h") || IS("--help")) {
+            usage(cmd, stdout);
+            return 1;
+        } else if (IS("-m") || IS("--model")) {
+            NEED();
+            o->model = v;
+        } else if (IS("-p") || IS("--prompt")) {
+            NEED();
+            o->prompt = v;
+        } else if (IS("-f") || IS("--file")) {
+            NEED();
+            o->prompt_file = v;
+        } else if (IS("-sys") || IS("--system") || IS("--system-prompt")) {
+            NEED();
+            o->sys = v;
+        } else if (IS("--chat-template")) {
+            NEED();
+            o->chat_template = v;
+        } else if (IS("-n") || IS("--n-predict") || IS("--predict")) {
+            NEED();
+            if (parse_i32(v, a, -1, INT32_MAX, &o->n_predict)) return 2;
+        } else if (IS("-t") || IS("--threads")) {
+            NEED();
+            if (parse_i32(v, a, 1, 1024, &o->n_threads)) return 2;
+        } else if (IS("-c") || IS("--ctx-size")) {
+            NEED();
+            if (parse_i32(v, a, 0, 1 << 24, &o->n_ctx)) return 2;
+        } else if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) {
+            NEED();
+            if (parse_i32(v, a, 1, 1 << 16, &o->n_batch)) return 2;
+        } else if (IS("--kv-f32")) {
+            o->kv_f32 = 1;
+        } else if (IS("-ctk") || IS("--cache-type-k") || IS("-ctv") || IS("--cache-type-v")) {
+            NEED();
+            if (!strcmp(v, "f32")) o->kv_f32 = 1;
+            else if (!strcmp(v, "f16")) o->kv_f32 = 0;
+            else {
+                fprintf(stderr, "tern %s: %s: only f16 and f32 caches are supported, got '%s'\n", cmd, a, v);
+                return 2;
+            }
+        } else if (IS("--temp") || IS("--temperature")) {
+            NEED();
+            if (parse_f32(v, a, &o->sp.temp)) return 2;
+        } else if (IS("--top-k")) {
+            NEED();
+            if (parse_i32(v, a, 0, INT32_MAX, &o->sp.top_k)) return 2;
+        } else if (IS("--top-p")) {
+            NEED();
+            if (parse_f32(v, a, &o->sp.top_p)) return 2;
+        } else if (IS("--min-p")) {
+            NEED();
+            if (parse_f32(v, a, &o->sp.min_p)) return 2;
+        } else if (IS("--repeat-penalty")) {
+            NEED();
+            if (parse_f32(v, a, &o->sp.repeat_penalty)) return 2;
+        } else if (IS("--repeat-last-n")) {
+            NEED();
+            if (parse_i32(v, a, 0, 1 << 20, &o->sp.repeat_last_n)) return 2;
+        } else if (IS("--presence-penalty")) {
+            NEED();
+            if (parse_f32(v, a, &o->sp.presence_penalty)) return 2;
+        } else if (IS("--frequency-penalty")) {
+            NEED();
+            if (parse_f32(v, a, &o->sp.frequency_penalty)) return 2;
+        } else if (IS("-s") || IS("--seed")) {
+            NEED();
+            char *end;
+            errno = 0;
+            unsigned long long s = strtoull(v, &end, 0);
+            if (errno || end == v || *end) {
+                fprintf(stderr, "tern %s: %s wants an unsigned integer, got '%s'\n", cmd, a, v);
+                return 2;
+            }
+            o->sp.seed = s;
+            o->seed_given = 1;
+        } else if (IS("--special")) {
+            o->special = 1;
+        } else if (IS("--no-bos")) {
+            o->no_bos = 1;
+        } else if (IS("--ids")) {
+            o->print_ids = 1;
+        } else if (IS("--no-display-prompt") || IS("--no-display")) {
+            o->no_display_prompt = 1;
+        } else if (IS("--profile")) {
+            o->profile = 1;
+        } else {
+            fprintf(stderr, "tern %s: unknown option '%s' (see tern %s --help)\n", cmd, a, cmd);
+            return 2;
+        }
+#undef IS
+#undef NEED
+    }
+    if (!o->model) {
+        fprintf(stderr, "tern %s: -m FILE is required (see tern %s --help)\n", cmd, cmd);
+        return 2;
+    }
+    if (o->prompt && o->prompt_file) {
+        fprintf(stderr, "tern %s: give -p or -f, not both\n", cmd);
+        return 2;
+    }
+    return 0;
+}
+
+char *run_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "tern: cannot open '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            if (cap > (SIZE_MAX >> 2)) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t r = fread(buf + n, 1, cap - 1 - n, f);
+        n += r;
+        if (r == 0) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        fprintf(stderr, "tern: cannot read '%s'\n", path);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
+}
+
+void run_print_timings(const tern_model_t *m, const tern_context_t *c, const run_opts_t *o, double total_ms) {
+    tern_timings_t t;
+    tern_context_timings(c, &t);
+    const double pms = (double)t.prompt_ns / 1e6, gms = (double)t.gen_ns / 1e6, sms = (double)t.sample_ns / 1e6;
+    const int nl = tern_model_n_layer(m);
+    fprintf(stderr, "\n");
+    fprintf(stderr, "tern: load time        = %10.2f ms (%s, %s %s, %.1f MiB)\n", tern_model_load_ms(m),
+            tern_model_name(m), tern_model_arch(m), tern_model_type_name(m),
+            (double)tern_model_file_size(m) / 1048576.0);
+    fprintf(stderr, "tern: sampling time    = %10.2f ms / %5lld runs   (%8.2f ms per token, %8.2f tokens per second)\n",
+            sms, (long long)t.n_sample, t.n_sample ? sms / (double)t.n_sample : 0.0,
+            sms > 0 ? 1e3 * (double)t.n_sample / sms : 0.0);
+    fprintf(stderr, "tern: prompt eval time = %10.2f ms / %5lld tokens (%8.2f ms per token, %8.2f tokens per second)\n",
+            pms, (long long)t.n_prompt, t.n_prompt ? pms / (double)t.n_prompt : 0.0,
+            pms > 0 ? 1e3 * (double)t.n_prompt / pms : 0.0);
+    fprintf(stderr, "tern:        eval time = %10.2f ms / %5lld runs   (%8.2f ms per token, %8.2f tokens per second)\n",
+            gms, (long long)t.n_gen, t.n_gen ? gms / (double)t.n_gen : 0.0, gms > 0 ? 1e3 * (double)t.n_gen / gms : 0.0);
+    fprintf(stderr, "tern:       total time = %10.2f ms\n", total_ms);
+    double dpt = t.n_gen ? (double)t.gen_dispatches / (double)t.n_gen : 0.0;
+    fprintf(stderr,
+            "tern: dispatches: %.1f per generated token (%.2f per layer), %llu for %lld prompt tokens; "
+            "threads %d; ISA %s; KV cache %s, %d positions\n",
+            dpt, nl ? dpt / nl : 0.0, (unsigned long long)t.prompt_dispatches, (long long)t.n_prompt,
+            tern_context_threads(c), tern_isa_name(), o->kv_f32 ? "f32" : "f16", tern_context_n_ctx(c));
+    if (o->profile) {
+        tern_profile_t p;
+        tern_context_profile(c, &p);
+        double all = (double)(p.qkv + p.attn + p.wo + p.ffn_up + p.ffn_down + p.output + p.small);
+        if (all <= 0) all = 1;
+#define PCT(x) (double)(x) / 1e6, 100.0 * (double)(x) / all
+        fprintf(stderr,
+                "tern: profile over %lld tokens: qkv %.1f ms (%.1f%%), attention %.1f ms (%.1f%%), o %.1f ms (%.1f%%), "
+                "gate/up %.1f ms (%.1f%%), down %.1f ms (%.1f%%), output %.1f ms (%.1f%%), small ops %.1f ms (%.1f%%)\n",
+                (long long)p.n_tokens, PCT(p.qkv), PCT(p.attn), PCT(p.wo), PCT(p.ffn_up), PCT(p.ffn_down), PCT(p.output),
+                PCT(p.small));
+#undef PCT
+    }
+}

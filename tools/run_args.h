@@ -1,0 +1,42 @@
+/* run_args.h - the command-line options shared by tern run, chat and
+ * perplexity (llama.cpp's flag names where they mean the same thing), and
+ * the llama.cpp-style timing summary they print on stderr. */
+#ifndef TERN_RUN_ARGS_H
+#define TERN_RUN_ARGS_H
+
+#include <stdint.h>
+
+#include "tern.h"
+
+typedef struct {
+    const char *model;
+    const char *prompt;
+    const char *prompt_file;
+    const char *sys;           /* chat: system message */
+    const char *chat_template; /* chat: override the detected template */
+    int32_t n_predict;         /* -1: until end of generation or a full context */
+    int32_t n_threads, n_ctx, n_batch;
+    int kv_f32;
+    int special;      /* parse special tokens in the prompt */
+    int no_bos;       /* do not prepend BOS even if the model wants it */
+    int print_ids;    /* run: print generated ids (one line) instead of text */
+    int no_display_prompt;
+    int profile;      /* print the per-op profile with the timings */
+    int seed_given;
+    tern_sampler_params_t sp;
+} run_opts_t;
+
+/* Parse argv[1..]; cmd names the subcommand for messages and help ("run",
+ * "chat", "perplexity"). Returns 0 to proceed, 1 when --help was printed,
+ * 2 on a bad option (message printed). */
+int run_opts_parse(run_opts_t *o, int argc, char **argv, const char *cmd);
+
+/* Read a whole file into a malloc'd NUL-terminated buffer; NULL with a
+ * message on stderr. */
+char *run_read_file(const char *path, size_t *len);
+
+/* The stderr summary: load, prompt and generation times and rates,
+ * dispatches per token, threads, ISA, and with --profile the per-op split. */
+void run_print_timings(const tern_model_t *m, const tern_context_t *c, const run_opts_t *o, double total_ms);
+
+#endif
