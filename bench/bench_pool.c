@@ -113,7 +113,7 @@ static job_t case_job(int c, int t, mat_t *m576, mat_t *m4096) {
  * matter); a matvec is timed per call (>= 20 us), so a preemption by another
  * process spoils one sample, not a whole batch, and the median skips it. */
 static const int reps_of[N_CASES] = {100, 1, 1};
-static const int samples_of[N_CASES] = {60, 60, 5};
+static const int samples_of[N_CASES] = {60, 150, 5};
 
 /* ---- implementations ------------------------------------------------------ */
 
@@ -330,8 +330,12 @@ static int cmp_u64(const void *a, const void *b) {
 /* Median of `samples` samples, each the mean over `reps` calls, after a warm-up. */
 static void measure(const impl_t *im, void *st, const job_t *j, int reps, int samples, uint64_t *all,
                     int *n_all) {
-    int warm = reps < 3 ? 3 : reps > 50 ? 50 : reps;
-    for (int i = 0; i < warm; i++) im->run(st, j);
+    /* Warm up for a while, not a few calls: freshly created threads may
+     * need milliseconds to be first scheduled on a busy machine, and a
+     * session's pool lives far longer than one benchmark block. Same rule
+     * for every implementation. */
+    uint64_t w0 = tern_now_ns();
+    for (int i = 0; i < 3 || tern_now_ns() - w0 < 20000000; i++) im->run(st, j);
     for (int s = 0; s < samples && *n_all < MAX_SAMPLES; s++) {
         uint64_t t0 = tern_now_ns();
         for (int i = 0; i < reps; i++) im->run(st, j);

@@ -120,8 +120,10 @@ int64_t tern_pool_gate(const tern_pool_t *pool);
 /* The default thread count and a human-readable reason ("TERN_THREADS=3",
  * "hwloc: 2 physical performance cores" ...). TERN_THREADS=0 or 1 means
  * serial (returns 1); an invalid value is ignored (the reason says so).
- * TERN_AFFINITY=1 makes tern_pool_create pin worker i to physical
- * performance core i, and the creating thread to core 0. */
+ * TERN_AFFINITY=1 makes tern_pool_create pin worker i (1..n-1) to physical
+ * performance core i, leaving core 0 to the caller, whose thread belongs to
+ * the application and is not pinned. Workers beyond the core count are not
+ * pinned. */
 int tern_threads_default(char *why, size_t why_len);
 
 /* ---- models, contexts, sampling, generation ----------------------------

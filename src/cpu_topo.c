@@ -101,7 +101,6 @@ static hwloc_bitmap_t perf_kind_set(hwloc_topology_t t, const char **how) {
 static int topo_from_hwloc(cpu_topo_t *tp) {
     hwloc_topology_t t;
     if (hwloc_topology_init(&t) != 0) return -1;
-    /* Only what this process may use (cgroups, taskset). */
     hwloc_topology_set_flags(t, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM);
     if (hwloc_topology_load(t) != 0) {
         hwloc_topology_destroy(t);
@@ -109,7 +108,18 @@ static int topo_from_hwloc(cpu_topo_t *tp) {
     }
     const char *kind_how = "";
     hwloc_bitmap_t perf = perf_kind_set(t, &kind_how);
-    hwloc_const_bitmap_t allowed = hwloc_topology_get_allowed_cpuset(t);
+    /* Allowed = the cgroup's CPUs and this thread's binding (taskset). */
+    hwloc_bitmap_t allowed = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(t));
+    hwloc_bitmap_t bound = hwloc_bitmap_alloc();
+    if (allowed && bound && hwloc_get_cpubind(t, bound, HWLOC_CPUBIND_THREAD) == 0 &&
+        hwloc_bitmap_intersects(allowed, bound))
+        hwloc_bitmap_and(allowed, allowed, bound);
+    hwloc_bitmap_free(bound);
+    if (!allowed) {
+        hwloc_bitmap_free(perf);
+        hwloc_topology_destroy(t);
+        return -1;
+    }
     int ncores_all = hwloc_get_nbobjs_by_type(t, HWLOC_OBJ_CORE);
     int n = 0, skipped_kind = 0, skipped_pkg = 0, skipped_cap = 0;
     int first_pkg = -1;
@@ -138,6 +148,7 @@ static int topo_from_hwloc(cpu_topo_t *tp) {
     }
     hwloc_bitmap_free(tmp);
     hwloc_bitmap_free(perf);
+    hwloc_bitmap_free(allowed);
     hwloc_topology_destroy(t);
     if (n == 0) return -1;
     tp->n_cores = n;

@@ -123,7 +123,7 @@
  * is in bytes of work (sum of n_rows * cost): below it, waking the other
  * threads costs more than it saves. */
 #define POOL_SPIN_DEFAULT 20000
-#define POOL_GATE_DEFAULT (64 * 1024)
+#define POOL_GATE_DEFAULT (96 * 1024)
 
 typedef struct {
     tern_job_fn fn;
@@ -470,7 +470,6 @@ tern_pool_t *tern_pool_create(int n_threads, size_t scratch_bytes, tern_error_t 
                  n_threads, scratch_bytes);
         return NULL;
     }
-    if (p->pin) cpu_pin_thread(0);
 #ifdef __linux__
     CPU_ZERO(&p->allowed);
     if (sched_getaffinity(0, sizeof p->allowed, &p->allowed) != 0) CPU_ZERO(&p->allowed);

@@ -67,6 +67,8 @@ static void wd_stop(void) {
     pthread_join(wd_thread, NULL);
 }
 
+static void sleep_s(double s);
+
 static tern_pool_t *make_pool(int n, size_t scratch) {
     tern_error_t err = {0};
     tern_pool_t *p = tern_pool_create(n, scratch, &err);
@@ -604,6 +606,43 @@ static void *pin_main(void *arg) {
     return NULL;
 }
 
+typedef struct {
+    _Atomic int mask_count[4]; /* CPUs in each worker's affinity mask */
+} aff_ctx_t;
+
+static int aff_job(void *vctx, int64_t b, int64_t e, int w) {
+    (void)b, (void)e;
+    aff_ctx_t *c = vctx;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (w < 4 && sched_getaffinity(0, sizeof set, &set) == 0) atomic_store(&c->mask_count[w], CPU_COUNT(&set));
+    sleep_s(0.002); /* long enough that every thread gets a chunk */
+    return 0;
+}
+
+/* TERN_AFFINITY=1 pins workers (not the caller) to distinct cores. */
+static void test_affinity(void **state) {
+    (void)state;
+    if (cpu_perf_cores(NULL, 0) < 2) {
+        print_message("SKIP: one core, nothing to pin apart\n");
+        skip();
+    }
+    cpu_set_t before, after;
+    sched_getaffinity(0, sizeof before, &before);
+    setenv("TERN_AFFINITY", "1", 1);
+    tern_pool_t *p = make_pool(2, 0);
+    unsetenv("TERN_AFFINITY");
+    aff_ctx_t c = {0};
+    tern_range_t r = {aff_job, &c, 64, 1, 0};
+    tern_error_t err;
+    for (int i = 0; i < 20 && !atomic_load(&c.mask_count[1]); i++)
+        assert_int_equal(tern_pool_run(p, &r, 1, &err), 0);
+    assert_int_equal(atomic_load(&c.mask_count[1]), 1);
+    sched_getaffinity(0, sizeof after, &after);
+    assert_true(CPU_EQUAL(&before, &after));
+    tern_pool_free(p);
+}
+
 static void test_threads_and_topology(void **state) {
     (void)state;
     char why[512], hw[256];
@@ -648,6 +687,7 @@ static void test_threads_and_topology(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads_and_topology),
+        cmocka_unit_test(test_affinity),
         cmocka_unit_test(test_dispatch_count_and_gate),
         cmocka_unit_test(test_bit_identical),
         cmocka_unit_test(test_scratch_and_balance),

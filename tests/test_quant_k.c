@@ -21,6 +21,7 @@
 
 #include "cpu.h"
 #include "kernels.h"
+#include "kernels/kquant.h"
 #include "quant.h"
 
 static const int k_types[3] = {TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K};
@@ -512,6 +513,56 @@ static void test_dots_exact_vs_scalar(void **state) {
     }
 }
 
+/* The multi-row entry points give, for every row and column, the bits of
+ * the one-row dot of the same ISA, whatever the rows' addresses and the
+ * number of rows and columns. */
+static void test_dot_rows_match_dot(void **state) {
+    (void)state;
+    const int64_t k = QK_K * 5;
+    const int nrows_total = 9, ncols_max = KERN_MAX_COLS + 1;
+    acts_t a = make_acts(k, ncols_max, 1.0f);
+    for (int t = 0; t < 3; t++) {
+        const int type = k_types[t];
+        const size_t rb = quant_row_size(type, k);
+        uint8_t *w = malloc(rb * nrows_total);
+        assert_non_null(w);
+        for (int r = 0; r < nrows_total; r++) {
+            float *x = gauss(k, 0.05f);
+            assert_int_equal(quant_quantize_row(type, x, w + (size_t)r * rb, k), 0);
+            free(x);
+        }
+        assert_null(kquant_dot_rows(TYPE_Q8_0, ISA_SCALAR));
+        for (int isa = 0; isa <= ISA_AVX512; isa++) {
+            if (!isa_supported(isa)) continue;
+            kquant_dot_rows_fn rows = kquant_dot_rows(type, (kern_isa_t)isa);
+            kern_dot_fn dot = g_tab[type][isa].dot;
+            assert_non_null(rows);
+            float ref[9][KERN_MAX_COLS + 1];
+            for (int r = 0; r < nrows_total; r++) dot(k, w + (size_t)r * rb, a.xa, a.stride, ncols_max, ref[r]);
+            for (int nr = 1; nr <= KQUANT_MAX_ROWS; nr++)
+                for (int nc = 1; nc <= ncols_max; nc++) {
+                    /* rows far apart and out of order */
+                    const void *wr[KQUANT_MAX_ROWS];
+                    int idx[KQUANT_MAX_ROWS];
+                    for (int i = 0; i < nr; i++) {
+                        idx[i] = (7 * i + nr + nc) % nrows_total;
+                        wr[i] = w + (size_t)idx[i] * rb;
+                    }
+                    float out[KQUANT_MAX_ROWS * (KERN_MAX_COLS + 1)];
+                    rows(k, wr, nr, a.xa, a.stride, nc, out);
+                    for (int i = 0; i < nr; i++)
+                        for (int c = 0; c < nc; c++)
+                            if (memcmp(&out[i * nc + c], &ref[idx[i]][c], sizeof(float)) != 0)
+                                fail_msg("%s %s rows=%d cols=%d: row %d col %d %.9g, one-row dot %.9g",
+                                         quant_name(type), isa_name(isa), nr, nc, i, c, out[i * nc + c],
+                                         ref[idx[i]][c]);
+                }
+        }
+        free(w);
+    }
+    free_acts(&a);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dequant_q4_K_fixed),
@@ -524,6 +575,7 @@ int main(void) {
         cmocka_unit_test(test_dots_exact_vs_scalar),
         cmocka_unit_test(test_dots_sizes),
         cmocka_unit_test(test_dots_large_k),
+        cmocka_unit_test(test_dot_rows_match_dot),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

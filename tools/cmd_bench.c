@@ -218,15 +218,29 @@ static int run_test(tern_context_t *c, const int32_t *ids, int n, int is_tg, dou
     return 0;
 }
 
+/* A JSON string body: quotes, backslashes and control bytes escaped. */
+static void json_str(const char *s) {
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') printf("\\%c", ch);
+        else if (ch < 0x20) printf("\\u%04x", ch);
+        else putchar(ch);
+    }
+}
+
 static void print_rows(const bench_opts_t *o, const row_t *rows, int n, const double *probe, const ilist_t *th) {
     if (!strcmp(o->out, "json")) {
         printf("[\n");
         for (int i = 0; i < n; i++) {
             const row_t *r = &rows[i];
-            printf("  {\"model\": \"%s\", \"type\": \"%s\", \"size_bytes\": %llu, \"params\": %llu, \"threads\": %d, "
-                   "\"test\": \"%s\", \"tok_s\": %.3f, \"tok_s_sd\": %.3f, \"probe_gbps\": %.2f",
-                   r->model, r->type, (unsigned long long)r->size, (unsigned long long)r->params, r->threads, r->test,
-                   r->tok_s, r->tok_s_sd, r->probe_gbps);
+            printf("  {\"model\": \"");
+            json_str(r->model);
+            printf("\", \"type\": \"");
+            json_str(r->type);
+            printf("\", \"size_bytes\": %llu, \"params\": %llu, \"threads\": %d, \"test\": \"%s\", \"tok_s\": %.3f, "
+                   "\"tok_s_sd\": %.3f, \"probe_gbps\": %.2f",
+                   (unsigned long long)r->size, (unsigned long long)r->params, r->threads, r->test, r->tok_s,
+                   r->tok_s_sd, r->probe_gbps);
             if (r->is_tg)
                 printf(", \"weight_bytes_per_token\": %llu, \"weights_gbps\": %.2f, \"roofline_pct\": %.1f, "
                        "\"dispatches_per_token\": %.1f",

@@ -62,161 +62,141 @@ KQ_INLINE __m256i pick16(int e, int f) {
 
 /* ---- Q4_K / Q5_K ------------------------------------------------------------ */
 
-KQ_INLINE void affine_cols(int64_t nb, const void *wv, const char *xa, size_t st, const int nc, float *out,
-                           const int is_q5) {
-    __m256 acc[KERN_MAX_COLS];
-#pragma GCC unroll 4
-    for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
+/* Super-block b of one row (wv) for nc columns: adds to acc[0..nc-1]. Every
+ * kernel below is this function in a loop, so a column's (and a row's)
+ * operations never depend on how many share a call. */
+KQ_INLINE void affine_block(const void *wv, int64_t b, const char *xa, size_t st, const int nc, __m256 *acc,
+                            const int is_q5) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *scales, *qs, *qhp = NULL;
-        fp16_t hd, hm;
-        if (is_q5) {
-            const block_q5_K *w = (const block_q5_K *)wv + b;
-            scales = w->scales, qs = w->qs, qhp = w->qh, hd = w->d, hm = w->dmin;
-        } else {
-            const block_q4_K *w = (const block_q4_K *)wv + b;
-            scales = w->scales, qs = w->qs, hd = w->d, hm = w->dmin;
-        }
-        prefetch_block(scales - 4, is_q5 ? sizeof(block_q5_K) : sizeof(block_q4_K));
-        uint64_t sc8, m8;
-        kquant_scales_k4(scales, &sc8, &m8);
-        /* sc[0..7] as int16 in both lanes; mins as m0 m0 m1 m1 .. m7 m7 to
-         * pair with the 16 bsums (two per 32-element sub-block) */
-        const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
-        const __m128i mb = _mm_cvtsi64_si128((long long)m8);
-        const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb));
-        const __m256 d = _mm256_set1_ps(_cvtsh_ss(hd)), dmin = _mm256_set1_ps(_cvtsh_ss(hm));
-        __m256i hb = is_q5 ? loadu256(qhp) : _mm256_setzero_si256();
-        __m256i sumi[KERN_MAX_COLS];
+    const uint8_t *scales, *qs, *qhp = NULL;
+    fp16_t hd, hm;
+    if (is_q5) {
+        const block_q5_K *w = (const block_q5_K *)wv + b;
+        prefetch_block(w, sizeof *w);
+        scales = w->scales, qs = w->qs, qhp = w->qh, hd = w->d, hm = w->dmin;
+    } else {
+        const block_q4_K *w = (const block_q4_K *)wv + b;
+        prefetch_block(w, sizeof *w);
+        scales = w->scales, qs = w->qs, hd = w->d, hm = w->dmin;
+    }
+    uint64_t sc8, m8;
+    kquant_scales_k4(scales, &sc8, &m8);
+    /* sc[0..7] as int16 in both lanes; mins as m0 m0 m1 m1 .. m7 m7 to
+     * pair with the 16 bsums (two per 32-element sub-block) */
+    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+    const __m128i mb = _mm_cvtsi64_si128((long long)m8);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb));
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(hd)), dmin = _mm256_set1_ps(_cvtsh_ss(hm));
+    __m256i hb = is_q5 ? loadu256(qhp) : _mm256_setzero_si256();
+    __m256i sumi[KERN_MAX_COLS];
 #pragma GCC unroll 4
-        for (int c = 0; c < nc; c++) sumi[c] = _mm256_setzero_si256();
+    for (int c = 0; c < nc; c++) sumi[c] = _mm256_setzero_si256();
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            /* 64 elements: low nibbles = sub-block 2j, high = 2j+1 */
-            const __m256i s_lo = _mm256_shuffle_epi8(sc16, pick16(2 * j, 2 * j));
-            const __m256i s_hi = _mm256_shuffle_epi8(sc16, pick16(2 * j + 1, 2 * j + 1));
-            const __m256i q = loadu256(qs + 32 * j);
-            __m256i ql = _mm256_and_si256(q, m4), qh = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-            if (is_q5) { /* bit 2j / 2j+1 of qh[l], brought to bit 0 / 1 by the shifts so far */
-                ql = _mm256_or_si256(ql, _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
-                qh = _mm256_or_si256(qh, _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
-                hb = _mm256_srli_epi16(hb, 2);
-            }
-#pragma GCC unroll 4
-            for (int c = 0; c < nc; c++) {
-                const int8_t *qa = act_at(xa, st, c, b)->qs + 64 * j;
-                __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ql, loadu256(qa)), s_lo);
-                __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(qh, loadu256(qa + 32)), s_hi);
-                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p0, p1));
-            }
+    for (int j = 0; j < 4; j++) {
+        /* 64 elements: low nibbles = sub-block 2j, high = 2j+1 */
+        const __m256i s_lo = _mm256_shuffle_epi8(sc16, pick16(2 * j, 2 * j));
+        const __m256i s_hi = _mm256_shuffle_epi8(sc16, pick16(2 * j + 1, 2 * j + 1));
+        const __m256i q = loadu256(qs + 32 * j);
+        __m256i ql = _mm256_and_si256(q, m4), qh = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+        if (is_q5) { /* bit 2j / 2j+1 of qh[l], brought to bit 0 / 1 by the shifts so far */
+            ql = _mm256_or_si256(ql, _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
+            qh = _mm256_or_si256(qh, _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
+            hb = _mm256_srli_epi16(hb, 2);
         }
 #pragma GCC unroll 4
         for (int c = 0; c < nc; c++) {
-            const block_q8_K *a = act_at(xa, st, c, b);
-            const __m256i summ = _mm256_madd_epi16(loadu256(a->bsums), mins);
-            const __m256 v = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(summ), _mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi[c])));
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(a->d), v, acc[c]);
+            const int8_t *qa = act_at(xa, st, c, b)->qs + 64 * j;
+            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ql, loadu256(qa)), s_lo);
+            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(qh, loadu256(qa + 32)), s_hi);
+            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p0, p1));
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < nc; c++) out[c] = hsum_ps256(acc[c]);
+    for (int c = 0; c < nc; c++) {
+        const block_q8_K *a = act_at(xa, st, c, b);
+        const __m256i summ = _mm256_madd_epi16(loadu256(a->bsums), mins);
+        const __m256 v = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(summ), _mm256_mul_ps(d, _mm256_cvtepi32_ps(sumi[c])));
+        acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(a->d), v, acc[c]);
+    }
 }
 
-static void q4k_1(int64_t nb, const void *w, const char *xa, size_t st, float *o) { affine_cols(nb, w, xa, st, 1, o, 0); }
-static void q4k_2(int64_t nb, const void *w, const char *xa, size_t st, float *o) { affine_cols(nb, w, xa, st, 2, o, 0); }
-static void q4k_3(int64_t nb, const void *w, const char *xa, size_t st, float *o) { affine_cols(nb, w, xa, st, 3, o, 0); }
-static void q4k_4(int64_t nb, const void *w, const char *xa, size_t st, float *o) { affine_cols(nb, w, xa, st, 4, o, 0); }
-static void q5k_1(int64_t nb, const void *w, const char *xa, size_t st, float *o) { affine_cols(nb, w, xa, st, 1, o, 1); }
-static void q5k_2(int64_t nb, const void *w, const char *xa, size_t st, float *o) { affine_cols(nb, w, xa, st, 2, o, 1); }
-static void q5k_3(int64_t nb, const void *w, const char *xa, size_t st, float *o) { affine_cols(nb, w, xa, st, 3, o, 1); }
-static void q5k_4(int64_t nb, const void *w, const char *xa, size_t st, float *o) { affine_cols(nb, w, xa, st, 4, o, 1); }
+/* nr rows (at any addresses) x nc columns, read in lockstep: out[r*nc + c]. */
+KQ_INLINE void affine_kernel(int64_t nb, const void *const *wr, const int nr, const char *xa, size_t st, const int nc,
+                             float *out, const int is_q5) {
+    __m256 acc[KQUANT_MAX_ACC];
+#pragma GCC unroll 8
+    for (int i = 0; i < nr * nc; i++) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++)
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) affine_block(wr[r], b, xa, st, nc, acc + r * nc, is_q5);
+#pragma GCC unroll 8
+    for (int i = 0; i < nr * nc; i++) out[i] = hsum_ps256(acc[i]);
+}
 
 /* ---- Q6_K ------------------------------------------------------------------- */
 
-KQ_INLINE void q6k_cols(int64_t nb, const void *wv, const char *xa, size_t st, const int nc, float *out) {
-    __m256 acc[KERN_MAX_COLS];
-#pragma GCC unroll 4
-    for (int c = 0; c < nc; c++) acc[c] = _mm256_setzero_ps();
+KQ_INLINE void q6k_block(const void *wv, int64_t b, const char *xa, size_t st, const int nc, __m256 *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    for (int64_t b = 0; b < nb; b++) {
-        const block_q6_K *w = (const block_q6_K *)wv + b;
-        prefetch_block(w, sizeof *w);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w->scales));
-        const __m256 d = _mm256_set1_ps(_cvtsh_ss(w->d));
-        __m256i sumi[KERN_MAX_COLS];
+    const block_q6_K *w = (const block_q6_K *)wv + b;
+    prefetch_block(w, sizeof *w);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w->scales));
+    const __m256 d = _mm256_set1_ps(_cvtsh_ss(w->d));
+    __m256i sumi[KERN_MAX_COLS];
 #pragma GCC unroll 4
-        for (int c = 0; c < nc; c++) sumi[c] = _mm256_setzero_si256();
+    for (int c = 0; c < nc; c++) sumi[c] = _mm256_setzero_si256();
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            /* scales 8h..8h+7 in both lanes; quarter i of the half covers
-             * sub-blocks 8h+2i (low lane) and 8h+2i+1 (high lane) */
-            const __m256i B = _mm256_broadcastsi128_si256(h ? _mm256_extracti128_si256(sc16, 1)
-                                                            : _mm256_castsi256_si128(sc16));
-            const __m256i S0 = _mm256_shuffle_epi8(B, pick16(0, 1)), S1 = _mm256_shuffle_epi8(B, pick16(2, 3));
-            const __m256i S2 = _mm256_shuffle_epi8(B, pick16(4, 5)), S3 = _mm256_shuffle_epi8(B, pick16(6, 7));
-            const __m256i l0 = loadu256(w->ql + 64 * h), l1 = loadu256(w->ql + 64 * h + 32);
-            const __m256i hv = loadu256(w->qh + 32 * h);
-            /* (qh >> 2i) & 3, moved to bits 4..5 of each byte */
-            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
-            const __m256i q2 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
-            const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hv, m30));
-            const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                               _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
-#pragma GCC unroll 4
-            for (int c = 0; c < nc; c++) {
-                const int8_t *qa = act_at(xa, st, c, b)->qs + 128 * h;
-                __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q1, loadu256(qa)), S0);
-                __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q2, loadu256(qa + 32)), S1);
-                __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(q3, loadu256(qa + 64)), S2);
-                __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(q4, loadu256(qa + 96)), S3);
-                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
-            }
-        }
+    for (int h = 0; h < 2; h++) {
+        /* scales 8h..8h+7 in both lanes; quarter i of the half covers
+         * sub-blocks 8h+2i (low lane) and 8h+2i+1 (high lane) */
+        const __m256i B = _mm256_broadcastsi128_si256(h ? _mm256_extracti128_si256(sc16, 1)
+                                                        : _mm256_castsi256_si128(sc16));
+        const __m256i S0 = _mm256_shuffle_epi8(B, pick16(0, 1)), S1 = _mm256_shuffle_epi8(B, pick16(2, 3));
+        const __m256i S2 = _mm256_shuffle_epi8(B, pick16(4, 5)), S3 = _mm256_shuffle_epi8(B, pick16(6, 7));
+        const __m256i l0 = loadu256(w->ql + 64 * h), l1 = loadu256(w->ql + 64 * h + 32);
+        const __m256i hv = loadu256(w->qh + 32 * h);
+        /* (qh >> 2i) & 3, moved to bits 4..5 of each byte */
+        const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
+        const __m256i q2 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
+        const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hv, m30));
+        const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                           _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
 #pragma GCC unroll 4
         for (int c = 0; c < nc; c++) {
-            const block_q8_K *a = act_at(xa, st, c, b);
-            /* the quants above were q+32: subtract 32 * sum_k sc[k] * bsums[k] */
-            const __m256i corr = _mm256_madd_epi16(loadu256(a->bsums), sc16);
-            const __m256i s = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32(corr, 5));
-            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(a->d), _mm256_mul_ps(d, _mm256_cvtepi32_ps(s)), acc[c]);
+            const int8_t *qa = act_at(xa, st, c, b)->qs + 128 * h;
+            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(q1, loadu256(qa)), S0);
+            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(q2, loadu256(qa + 32)), S1);
+            __m256i p2 = _mm256_madd_epi16(_mm256_maddubs_epi16(q3, loadu256(qa + 64)), S2);
+            __m256i p3 = _mm256_madd_epi16(_mm256_maddubs_epi16(q4, loadu256(qa + 96)), S3);
+            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < nc; c++) out[c] = hsum_ps256(acc[c]);
-}
-
-static void q6k_1(int64_t nb, const void *w, const char *xa, size_t st, float *o) { q6k_cols(nb, w, xa, st, 1, o); }
-static void q6k_2(int64_t nb, const void *w, const char *xa, size_t st, float *o) { q6k_cols(nb, w, xa, st, 2, o); }
-static void q6k_3(int64_t nb, const void *w, const char *xa, size_t st, float *o) { q6k_cols(nb, w, xa, st, 3, o); }
-static void q6k_4(int64_t nb, const void *w, const char *xa, size_t st, float *o) { q6k_cols(nb, w, xa, st, 4, o); }
-
-/* ---- entry points: groups of up to KERN_MAX_COLS columns ---------------------- */
-
-typedef void (*cols_fn)(int64_t nb, const void *w, const char *xa, size_t st, float *o);
-
-static void dot_groups(int64_t k, const void *w, const void *xa, size_t st, int ncols, float *out,
-                       const cols_fn fn[KERN_MAX_COLS]) {
-    TERN_CHECK(k % QK_K == 0);
-    for (int c0 = 0; c0 < ncols; c0 += KERN_MAX_COLS) {
-        int nc = ncols - c0 < KERN_MAX_COLS ? ncols - c0 : KERN_MAX_COLS;
-        fn[nc - 1](k / QK_K, w, (const char *)xa + (size_t)c0 * st, st, out + c0);
+    for (int c = 0; c < nc; c++) {
+        const block_q8_K *a = act_at(xa, st, c, b);
+        /* the quants above were q+32: subtract 32 * sum_k sc[k] * bsums[k] */
+        const __m256i corr = _mm256_madd_epi16(loadu256(a->bsums), sc16);
+        const __m256i s = _mm256_sub_epi32(sumi[c], _mm256_slli_epi32(corr, 5));
+        acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(a->d), _mm256_mul_ps(d, _mm256_cvtepi32_ps(s)), acc[c]);
     }
 }
 
-static const cols_fn g_q4k[KERN_MAX_COLS] = {q4k_1, q4k_2, q4k_3, q4k_4};
-static const cols_fn g_q5k[KERN_MAX_COLS] = {q5k_1, q5k_2, q5k_3, q5k_4};
-static const cols_fn g_q6k[KERN_MAX_COLS] = {q6k_1, q6k_2, q6k_3, q6k_4};
+KQ_INLINE void q6k_kernel(int64_t nb, const void *const *wr, const int nr, const char *xa, size_t st, const int nc,
+                          float *out, const int unused) {
+    (void)unused;
+    __m256 acc[KQUANT_MAX_ACC];
+#pragma GCC unroll 8
+    for (int i = 0; i < nr * nc; i++) acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++)
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) q6k_block(wr[r], b, xa, st, nc, acc + r * nc);
+#pragma GCC unroll 8
+    for (int i = 0; i < nr * nc; i++) out[i] = hsum_ps256(acc[i]);
+}
 
-static void dot_q4_K_avx2(int64_t k, const void *w, const void *xa, size_t st, int ncols, float *out) {
-    dot_groups(k, w, xa, st, ncols, out, g_q4k);
-}
-static void dot_q5_K_avx2(int64_t k, const void *w, const void *xa, size_t st, int ncols, float *out) {
-    dot_groups(k, w, xa, st, ncols, out, g_q5k);
-}
-static void dot_q6_K_avx2(int64_t k, const void *w, const void *xa, size_t st, int ncols, float *out) {
-    dot_groups(k, w, xa, st, ncols, out, g_q6k);
-}
+/* ---- entry points (tiles of rows x columns, dispatch) ------------------------- */
+
+#define KQ_ISA avx2
+#include "kquant_entry.h"
 
 /* ---- Q8_K activations ----------------------------------------------------------- */
 
@@ -268,4 +248,13 @@ void kquant_register_avx2(kern_table_t t) {
     t[TYPE_Q4_K][ISA_AVX2] = (kern_ops_t){dot_q4_K_avx2, act_q8_K_avx2};
     t[TYPE_Q5_K][ISA_AVX2] = (kern_ops_t){dot_q5_K_avx2, act_q8_K_avx2};
     t[TYPE_Q6_K][ISA_AVX2] = (kern_ops_t){dot_q6_K_avx2, act_q8_K_avx2};
+}
+
+kquant_dot_rows_fn kquant_rows_avx2(int type) {
+    switch (type) {
+    case TYPE_Q4_K: return dot_rows_q4_K_avx2;
+    case TYPE_Q5_K: return dot_rows_q5_K_avx2;
+    case TYPE_Q6_K: return dot_rows_q6_K_avx2;
+    default: return NULL;
+    }
 }

@@ -83,86 +83,87 @@ static const union {
                   {SC_LANE(4, 6), SC_LANE(4, 6), SC_LANE(5, 7), SC_LANE(5, 7)}}};
 #define g_sc_pair g_sc_pair_u.v
 
-KQ_INLINE void affine_cols(int64_t nb, const void *wv, const char *xa, size_t st, const int nc, float *out,
-                           const int is_q5) {
-    __m512 acc[KERN_MAX_COLS];
-    __m256 accm[KERN_MAX_COLS];
-#pragma GCC unroll 4
-    for (int c = 0; c < nc; c++) {
-        acc[c] = _mm512_setzero_ps();
-        accm[c] = _mm256_setzero_ps();
-    }
+/* Super-block b of one row (wv) for nc columns: adds to acc[0..nc-1] and
+ * accm[0..nc-1]. Every kernel below is this function in a loop, so a
+ * column's (and a row's) operations never depend on how many share a call. */
+KQ_INLINE void affine_block(const void *wv, int64_t b, const char *xa, size_t st, const int nc, __m512 *acc,
+                            __m256 *accm, const int is_q5) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), v16 = _mm512_set1_epi8(0x10);
     const __m512i shift = halves(_mm256_setzero_si256(), _mm256_set1_epi16(4)); /* nibble: low | high */
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *scales, *qs, *qhp = NULL;
-        fp16_t hd, hm;
-        if (is_q5) {
-            const block_q5_K *w = (const block_q5_K *)wv + b;
-            scales = w->scales, qs = w->qs, qhp = w->qh, hd = w->d, hm = w->dmin;
-        } else {
-            const block_q4_K *w = (const block_q4_K *)wv + b;
-            scales = w->scales, qs = w->qs, hd = w->d, hm = w->dmin;
-        }
-        prefetch_block(scales - 4, is_q5 ? sizeof(block_q5_K) : sizeof(block_q4_K));
-        uint64_t sc8, m8;
-        kquant_scales_k4(scales, &sc8, &m8);
-        const __m128i mb = _mm_cvtsi64_si128((long long)m8);
-        const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb)); /* m0 m0 m1 m1 .. m7 m7 */
-        const float d = _cvtsh_ss(hd), dmin = _cvtsh_ss(hm);
-        const __m512i hb = is_q5 ? bcast256(qhp) : _mm512_setzero_si512();
-        __m512i sumi[KERN_MAX_COLS];
+    const uint8_t *scales, *qs, *qhp = NULL;
+    fp16_t hd, hm;
+    if (is_q5) {
+        const block_q5_K *w = (const block_q5_K *)wv + b;
+        prefetch_block(w, sizeof *w);
+        scales = w->scales, qs = w->qs, qhp = w->qh, hd = w->d, hm = w->dmin;
+    } else {
+        const block_q4_K *w = (const block_q4_K *)wv + b;
+        prefetch_block(w, sizeof *w);
+        scales = w->scales, qs = w->qs, hd = w->d, hm = w->dmin;
+    }
+    uint64_t sc8, m8;
+    kquant_scales_k4(scales, &sc8, &m8);
+    const __m128i mb = _mm_cvtsi64_si128((long long)m8);
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb)); /* m0 m0 m1 m1 .. m7 m7 */
+    const float d = _cvtsh_ss(hd), dmin = _cvtsh_ss(hm);
+    const __m512i hb = is_q5 ? bcast256(qhp) : _mm512_setzero_si512();
+    __m512i sumi[KERN_MAX_COLS];
 #pragma GCC unroll 4
-        for (int c = 0; c < nc; c++) sumi[c] = _mm512_setzero_si512();
-        /* sub-block scales as int16 in all four 128-bit lanes, then laid out
-         * to match pack_pair below */
-        const __m512i sc4 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+    for (int c = 0; c < nc; c++) sumi[c] = _mm512_setzero_si512();
+    /* sub-block scales as int16 in all four 128-bit lanes, then shuffled
+     * by g_sc_pair to match the packed pairs of sums below */
+    const __m512i sc4 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
 #pragma GCC unroll 2
-        for (int jp = 0; jp < 2; jp++) { /* chunks 2jp and 2jp+1: 128 elements */
-            const __m512i S = _mm512_shuffle_epi8(sc4, g_sc_pair[jp]);
-            __m512i q[2];
+    for (int jp = 0; jp < 2; jp++) { /* chunks 2jp and 2jp+1: 128 elements */
+        const __m512i S = _mm512_shuffle_epi8(sc4, g_sc_pair[jp]);
+        __m512i q[2];
 #pragma GCC unroll 2
-            for (int u = 0; u < 2; u++) {
-                const int j = 2 * jp + u;
-                /* 64 elements 64j..64j+63: sub-block 2j (low nibbles of
-                 * qs[32j..]) in the low half, 2j+1 (high nibbles) in the high */
-                q[u] = _mm512_and_si512(_mm512_srlv_epi16(bcast256(qs + 32 * j), shift), m4);
-                if (is_q5) { /* bit 2j (low half) / 2j+1 (high half) of qh[l] */
-                    const __m512i bit =
-                        halves(_mm256_set1_epi8((char)(1 << (2 * j))), _mm256_set1_epi8((char)(1 << (2 * j + 1))));
-                    q[u] = _mm512_mask_add_epi8(q[u], _mm512_test_epi8_mask(hb, bit), q[u], v16);
-                }
-            }
-#pragma GCC unroll 4
-            for (int c = 0; c < nc; c++) {
-                const int8_t *qa = act_at(xa, st, c, b)->qs + 128 * jp;
-                const __m512i t0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], loadu512(qa));
-                const __m512i t1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[1], loadu512(qa + 64));
-                sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_packs_epi32(t0, t1), S);
+        for (int u = 0; u < 2; u++) {
+            const int j = 2 * jp + u;
+            /* 64 elements 64j..64j+63: sub-block 2j (low nibbles of
+             * qs[32j..]) in the low half, 2j+1 (high nibbles) in the high */
+            q[u] = _mm512_and_si512(_mm512_srlv_epi16(bcast256(qs + 32 * j), shift), m4);
+            if (is_q5) { /* bit 2j (low half) / 2j+1 (high half) of qh[l] */
+                const __m512i bit =
+                    halves(_mm256_set1_epi8((char)(1 << (2 * j))), _mm256_set1_epi8((char)(1 << (2 * j + 1))));
+                q[u] = _mm512_mask_add_epi8(q[u], _mm512_test_epi8_mask(hb, bit), q[u], v16);
             }
         }
 #pragma GCC unroll 4
         for (int c = 0; c < nc; c++) {
-            const block_q8_K *a = act_at(xa, st, c, b);
-            /* the mins in 8-lane vectors: 256-bit operations also run on the
-             * port that 512-bit ones leave free */
-            const __m256i summ = _mm256_madd_epi16(loadu256(a->bsums), mins);
-            acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(a->d * d), _mm512_cvtepi32_ps(sumi[c]), acc[c]);
-            accm[c] = _mm256_fmadd_ps(_mm256_set1_ps(a->d * dmin), _mm256_cvtepi32_ps(summ), accm[c]);
+            const int8_t *qa = act_at(xa, st, c, b)->qs + 128 * jp;
+            const __m512i t0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], loadu512(qa));
+            const __m512i t1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[1], loadu512(qa + 64));
+            sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_packs_epi32(t0, t1), S);
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < nc; c++) out[c] = hsum_ps512(acc[c]) - hsum_ps256(accm[c]);
+    for (int c = 0; c < nc; c++) {
+        const block_q8_K *a = act_at(xa, st, c, b);
+        /* the mins in 8-lane vectors: 256-bit operations also run on the
+         * port that 512-bit ones leave free */
+        const __m256i summ = _mm256_madd_epi16(loadu256(a->bsums), mins);
+        acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(a->d * d), _mm512_cvtepi32_ps(sumi[c]), acc[c]);
+        accm[c] = _mm256_fmadd_ps(_mm256_set1_ps(a->d * dmin), _mm256_cvtepi32_ps(summ), accm[c]);
+    }
 }
 
-static void q4k_1(int64_t nb, const void *w, const char *xa, size_t st, float *o) { affine_cols(nb, w, xa, st, 1, o, 0); }
-static void q4k_2(int64_t nb, const void *w, const char *xa, size_t st, float *o) { affine_cols(nb, w, xa, st, 2, o, 0); }
-static void q4k_3(int64_t nb, const void *w, const char *xa, size_t st, float *o) { affine_cols(nb, w, xa, st, 3, o, 0); }
-static void q4k_4(int64_t nb, const void *w, const char *xa, size_t st, float *o) { affine_cols(nb, w, xa, st, 4, o, 0); }
-static void q5k_1(int64_t nb, const void *w, const char *xa, size_t st, float *o) { affine_cols(nb, w, xa, st, 1, o, 1); }
-static void q5k_2(int64_t nb, const void *w, const char *xa, size_t st, float *o) { affine_cols(nb, w, xa, st, 2, o, 1); }
-static void q5k_3(int64_t nb, const void *w, const char *xa, size_t st, float *o) { affine_cols(nb, w, xa, st, 3, o, 1); }
-static void q5k_4(int64_t nb, const void *w, const char *xa, size_t st, float *o) { affine_cols(nb, w, xa, st, 4, o, 1); }
+/* nr rows (at any addresses) x nc columns, read in lockstep: out[r*nc + c]. */
+KQ_INLINE void affine_kernel(int64_t nb, const void *const *wr, const int nr, const char *xa, size_t st, const int nc,
+                             float *out, const int is_q5) {
+    __m512 acc[KQUANT_MAX_ACC];
+    __m256 accm[KQUANT_MAX_ACC];
+#pragma GCC unroll 8
+    for (int i = 0; i < nr * nc; i++) {
+        acc[i] = _mm512_setzero_ps();
+        accm[i] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++)
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) affine_block(wr[r], b, xa, st, nc, acc + r * nc, accm + r * nc, is_q5);
+#pragma GCC unroll 8
+    for (int i = 0; i < nr * nc; i++) out[i] = hsum_ps512(acc[i]) - hsum_ps256(accm[i]);
+}
 
 /* ---- Q6_K ------------------------------------------------------------------- */
 
@@ -175,85 +176,64 @@ static const union {
     __m512i v;
 } g_sc_q6 = {{SC_LANE(0, 4), SC_LANE(1, 5), SC_LANE(2, 6), SC_LANE(3, 7)}};
 
-KQ_INLINE void q6k_cols(int64_t nb, const void *wv, const char *xa, size_t st, const int nc, float *out) {
-    __m512 acc[KERN_MAX_COLS];
-#pragma GCC unroll 4
-    for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();
+KQ_INLINE void q6k_block(const void *wv, int64_t b, const char *xa, size_t st, const int nc, __m512 *acc) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     /* (qh >> 2i) & 3 to bits 4..5: i = 0 | 1 via left shifts 4 | 2, i = 2 | 3 via right shifts 0 | 2 */
     const __m512i sh01 = halves(_mm256_set1_epi16(4), _mm256_set1_epi16(2));
     const __m512i sh23 = halves(_mm256_setzero_si256(), _mm256_set1_epi16(2));
-    for (int64_t b = 0; b < nb; b++) {
-        const block_q6_K *w = (const block_q6_K *)wv + b;
-        prefetch_block(w, sizeof *w);
-        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w->scales));
-        /* scales 0..7 (or 8..15) as int16 in every 128-bit lane */
-        const __m512i sc_lo = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc16));
-        const __m512i sc_hi = _mm512_broadcast_i32x4(_mm256_extracti128_si256(sc16, 1));
-        const float d = _cvtsh_ss(w->d);
-        __m512i sumi[KERN_MAX_COLS];
+    const block_q6_K *w = (const block_q6_K *)wv + b;
+    prefetch_block(w, sizeof *w);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w->scales));
+    /* scales 0..7 (or 8..15) as int16 in every 128-bit lane */
+    const __m512i sc_lo = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc16));
+    const __m512i sc_hi = _mm512_broadcast_i32x4(_mm256_extracti128_si256(sc16, 1));
+    const float d = _cvtsh_ss(w->d);
+    __m512i sumi[KERN_MAX_COLS];
 #pragma GCC unroll 4
-        for (int c = 0; c < nc; c++) sumi[c] = _mm512_setzero_si512();
+    for (int c = 0; c < nc; c++) sumi[c] = _mm512_setzero_si512();
 #pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            const __m512i S = _mm512_shuffle_epi8(h ? sc_hi : sc_lo, g_sc_q6.v);
-            const __m512i L = loadu512(w->ql + 64 * h);
-            const __m512i H = bcast256(w->qh + 32 * h);
-            const __m512i q01 = _mm512_or_si512(_mm512_and_si512(L, m4), _mm512_and_si512(_mm512_sllv_epi16(H, sh01), m30));
-            const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
-                                                _mm512_and_si512(_mm512_srlv_epi16(H, sh23), m30));
-#pragma GCC unroll 4
-            for (int c = 0; c < nc; c++) {
-                const int8_t *qa = act_at(xa, st, c, b)->qs + 128 * h;
-                const __m512i t01 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q01, loadu512(qa));
-                const __m512i t23 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q23, loadu512(qa + 64));
-                sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_packs_epi32(t01, t23), S);
-            }
-        }
+    for (int h = 0; h < 2; h++) {
+        const __m512i S = _mm512_shuffle_epi8(h ? sc_hi : sc_lo, g_sc_q6.v);
+        const __m512i L = loadu512(w->ql + 64 * h);
+        const __m512i H = bcast256(w->qh + 32 * h);
+        const __m512i q01 = _mm512_or_si512(_mm512_and_si512(L, m4), _mm512_and_si512(_mm512_sllv_epi16(H, sh01), m30));
+        const __m512i q23 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4),
+                                            _mm512_and_si512(_mm512_srlv_epi16(H, sh23), m30));
 #pragma GCC unroll 4
         for (int c = 0; c < nc; c++) {
-            const block_q8_K *a = act_at(xa, st, c, b);
-            /* the quants above were q+32: subtract 32 * sum_k sc[k] * bsums[k] */
-            const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(loadu256(a->bsums), sc16), 5);
-            const __m512i s = _mm512_sub_epi32(sumi[c], _mm512_zextsi256_si512(corr));
-            acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(a->d * d), _mm512_cvtepi32_ps(s), acc[c]);
+            const int8_t *qa = act_at(xa, st, c, b)->qs + 128 * h;
+            const __m512i t01 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q01, loadu512(qa));
+            const __m512i t23 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q23, loadu512(qa + 64));
+            sumi[c] = _mm512_dpwssd_epi32(sumi[c], _mm512_packs_epi32(t01, t23), S);
         }
     }
 #pragma GCC unroll 4
-    for (int c = 0; c < nc; c++) out[c] = hsum_ps512(acc[c]);
-}
-
-static void q6k_1(int64_t nb, const void *w, const char *xa, size_t st, float *o) { q6k_cols(nb, w, xa, st, 1, o); }
-static void q6k_2(int64_t nb, const void *w, const char *xa, size_t st, float *o) { q6k_cols(nb, w, xa, st, 2, o); }
-static void q6k_3(int64_t nb, const void *w, const char *xa, size_t st, float *o) { q6k_cols(nb, w, xa, st, 3, o); }
-static void q6k_4(int64_t nb, const void *w, const char *xa, size_t st, float *o) { q6k_cols(nb, w, xa, st, 4, o); }
-
-/* ---- entry points: groups of up to KERN_MAX_COLS columns ---------------------- */
-
-typedef void (*cols_fn)(int64_t nb, const void *w, const char *xa, size_t st, float *o);
-
-static void dot_groups(int64_t k, const void *w, const void *xa, size_t st, int ncols, float *out,
-                       const cols_fn fn[KERN_MAX_COLS]) {
-    TERN_CHECK(k % QK_K == 0);
-    for (int c0 = 0; c0 < ncols; c0 += KERN_MAX_COLS) {
-        int nc = ncols - c0 < KERN_MAX_COLS ? ncols - c0 : KERN_MAX_COLS;
-        fn[nc - 1](k / QK_K, w, (const char *)xa + (size_t)c0 * st, st, out + c0);
+    for (int c = 0; c < nc; c++) {
+        const block_q8_K *a = act_at(xa, st, c, b);
+        /* the quants above were q+32: subtract 32 * sum_k sc[k] * bsums[k] */
+        const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(loadu256(a->bsums), sc16), 5);
+        const __m512i s = _mm512_sub_epi32(sumi[c], _mm512_zextsi256_si512(corr));
+        acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(a->d * d), _mm512_cvtepi32_ps(s), acc[c]);
     }
 }
 
-static const cols_fn g_q4k[KERN_MAX_COLS] = {q4k_1, q4k_2, q4k_3, q4k_4};
-static const cols_fn g_q5k[KERN_MAX_COLS] = {q5k_1, q5k_2, q5k_3, q5k_4};
-static const cols_fn g_q6k[KERN_MAX_COLS] = {q6k_1, q6k_2, q6k_3, q6k_4};
+KQ_INLINE void q6k_kernel(int64_t nb, const void *const *wr, const int nr, const char *xa, size_t st, const int nc,
+                          float *out, const int unused) {
+    (void)unused;
+    __m512 acc[KQUANT_MAX_ACC];
+#pragma GCC unroll 8
+    for (int i = 0; i < nr * nc; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++)
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) q6k_block(wr[r], b, xa, st, nc, acc + r * nc);
+#pragma GCC unroll 8
+    for (int i = 0; i < nr * nc; i++) out[i] = hsum_ps512(acc[i]);
+}
 
-static void dot_q4_K_avx512(int64_t k, const void *w, const void *xa, size_t st, int ncols, float *out) {
-    dot_groups(k, w, xa, st, ncols, out, g_q4k);
-}
-static void dot_q5_K_avx512(int64_t k, const void *w, const void *xa, size_t st, int ncols, float *out) {
-    dot_groups(k, w, xa, st, ncols, out, g_q5k);
-}
-static void dot_q6_K_avx512(int64_t k, const void *w, const void *xa, size_t st, int ncols, float *out) {
-    dot_groups(k, w, xa, st, ncols, out, g_q6k);
-}
+/* ---- entry points (tiles of rows x columns, dispatch) ------------------------- */
+
+#define KQ_ISA avx512
+#include "kquant_entry.h"
 
 /* ---- Q8_K activations ----------------------------------------------------------- */
 
@@ -301,4 +281,13 @@ void kquant_register_avx512(kern_table_t t) {
     t[TYPE_Q4_K][ISA_AVX512] = (kern_ops_t){dot_q4_K_avx512, act_q8_K_avx512};
     t[TYPE_Q5_K][ISA_AVX512] = (kern_ops_t){dot_q5_K_avx512, act_q8_K_avx512};
     t[TYPE_Q6_K][ISA_AVX512] = (kern_ops_t){dot_q6_K_avx512, act_q8_K_avx512};
+}
+
+kquant_dot_rows_fn kquant_rows_avx512(int type) {
+    switch (type) {
+    case TYPE_Q4_K: return dot_rows_q4_K_avx512;
+    case TYPE_Q5_K: return dot_rows_q5_K_avx512;
+    case TYPE_Q6_K: return dot_rows_q6_K_avx512;
+    default: return NULL;
+    }
 }

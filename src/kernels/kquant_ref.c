@@ -131,6 +131,40 @@ static void act_q8_K_ref(const float *x, void *xa, int64_t k) {
     TERN_CHECK(quant_quantize_row(TYPE_Q8_K, x, xa, k) == 0);
 }
 
+/* Scalar: row by row (the rows API exists for memory parallelism, which
+ * the scalar code is too slow to need). */
+static void dot_rows_ref(kern_dot_fn dot, int64_t k, const void *const *w, int nrows, const void *xa, size_t st,
+                         int ncols, float *out) {
+    TERN_CHECK(nrows >= 1 && nrows <= KQUANT_MAX_ROWS);
+    if (ncols <= 0) return;
+    for (int r = 0; r < nrows; r++) dot(k, w[r], xa, st, ncols, out + (size_t)r * ncols);
+}
+static void dot_rows_q4_K_ref(int64_t k, const void *const *w, int nrows, const void *xa, size_t st, int ncols,
+                              float *out) {
+    dot_rows_ref(dot_q4_K_ref, k, w, nrows, xa, st, ncols, out);
+}
+static void dot_rows_q5_K_ref(int64_t k, const void *const *w, int nrows, const void *xa, size_t st, int ncols,
+                              float *out) {
+    dot_rows_ref(dot_q5_K_ref, k, w, nrows, xa, st, ncols, out);
+}
+static void dot_rows_q6_K_ref(int64_t k, const void *const *w, int nrows, const void *xa, size_t st, int ncols,
+                              float *out) {
+    dot_rows_ref(dot_q6_K_ref, k, w, nrows, xa, st, ncols, out);
+}
+
+kquant_dot_rows_fn kquant_dot_rows(int type, kern_isa_t isa) {
+    if (type != TYPE_Q4_K && type != TYPE_Q5_K && type != TYPE_Q6_K) return NULL;
+    switch (isa) {
+    case ISA_SCALAR:
+        return type == TYPE_Q4_K ? dot_rows_q4_K_ref : type == TYPE_Q5_K ? dot_rows_q5_K_ref : dot_rows_q6_K_ref;
+#if defined(__x86_64__)
+    case ISA_AVX2: return kquant_rows_avx2(type);
+    case ISA_AVX512: return kquant_rows_avx512(type);
+#endif
+    default: return NULL;
+    }
+}
+
 void kern_register_kquant(kern_table_t t) {
     t[TYPE_Q4_K][ISA_SCALAR] = (kern_ops_t){dot_q4_K_ref, act_q8_K_ref};
     t[TYPE_Q5_K][ISA_SCALAR] = (kern_ops_t){dot_q5_K_ref, act_q8_K_ref};

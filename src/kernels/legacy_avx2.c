@@ -3,12 +3,13 @@
  * for F32, F16, BF16 and the 32-element block formats (see legacy_ref.c for
  * the scalar oracle and the arithmetic they follow).
  *
- * Block formats: each 32-weight block is decoded once into signed bytes (or
- * unsigned quants for Q4_1 / Q5_1), then for every activation column the
- * exact int32 block sum is formed with maddubs (sign moved onto the
- * activations so the unsigned operand is |w|) and madd, converted to float
- * and accumulated with one FMA by d_w * d_a. Even and odd blocks go to two
- * accumulators so two FMA chains overlap.
+ * Block formats: each 32-weight block is decoded once (nibbles by a
+ * broadcast load and a per-lane shift), then for every activation column the
+ * exact int32 block sum is formed with maddubs and madd (see step_signed /
+ * step_offset), converted to float and accumulated with one FMA by
+ * d_w * d_a; the fp16 scales are read through legacy_fp16_lut (pure loads).
+ * Even and odd blocks go to two accumulators so two FMA chains overlap, and
+ * the weight stream is prefetched PF_DIST bytes ahead.
  * Float formats: eight elements per vector, four accumulators per column,
  * at most two columns per pass over the row; a partial last vector is
  * zero-padded on both sides.
@@ -269,7 +270,7 @@ ALWAYS_INLINE void blk_q5_1(const char *w, int64_t ib, const char *xa, size_t st
 /* Even blocks into acc0 / accm0, odd blocks into acc1 / accm1; result
  * hsum(acc0 + acc1) + (accm0 + accm1) (the min terms are zero for the
  * formats without a min). */
-#define BLOCK_DOT(name, blk, bsz)                                                                             \
+#define BLOCK_DOT(name, blk, bsz)                                                                        \
     ALWAYS_INLINE void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
                                    float *out) {                                                         \
         TERN_CHECK(k % QK == 0);                                                                         \

@@ -7,9 +7,11 @@
  * (signed bytes, or unsigned quants for Q4_1 / Q5_1); the block sum of each
  * column is formed with vpdpbusd (unsigned x signed bytes -> int32, exact;
  * see step_signed / step_offset for the signed formats), converted to float and
- * accumulated with one FMA by d_w * d_a. Even and odd blocks use separate
- * accumulators. The fifth bit of Q5 quants is applied with a byte mask
- * straight from qh (AVX-512BW k-registers).
+ * accumulated with one FMA by d_w * d_a (fp16 scales read through
+ * legacy_fp16_lut: pure loads, where a scalar vcvtph2ps would compete for
+ * the shuffle port). Even and odd blocks use separate accumulators. The
+ * fifth bit of Q5 quants is applied with a byte mask straight from qh
+ * (AVX-512BW k-registers). The weight stream is prefetched PF_DIST ahead.
  * Float formats: 16 elements per vector, four accumulators per column, the
  * ragged end done with masked loads (masked-off lanes read as zero).
  *
@@ -265,7 +267,7 @@ ALWAYS_INLINE void blk_q5_1(const char *w, int64_t ib, const char *xa, size_t st
              nc, acc, accm);
 }
 
-#define BLOCK_DOT(name, blk, bsz)                                                                             \
+#define BLOCK_DOT(name, blk, bsz)                                                                        \
     ALWAYS_INLINE void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
                                    float *out) {                                                         \
         TERN_CHECK(k % QK == 0);                                                                         \
