@@ -42,10 +42,12 @@
  * the caller's close is a CAS that succeeds only with inside == 0, so after
  * close nobody is inside and nobody can enter until the next publish. A
  * worker that slept through any number of epochs just joins whatever job is
- * open when it wakes, reading the slot only after its join. Epoch wraparound
- * (2^18 publishes) is therefore harmless: the epoch only tells a waiting
- * worker that something changed; a worker fooled by an exact wrap merely
- * skips one job, which the others and the caller complete.
+ * open when it wakes, reading the slot only after its join; even a join CAS
+ * that succeeds on a recycled value (ABA after the epoch wrapped) joins the
+ * job open at that instant, which is correct. Epoch wraparound (2^18
+ * publishes) is therefore harmless: the epoch only tells a waiting worker
+ * that something changed; a worker fooled by an exact wrap merely skips one
+ * job, which the others and the caller complete.
  *
  * Memory ordering. (1) Slot -> worker: the slot writes precede the publish
  * store (release, seq_cst); a join CAS that succeeds reads that store or a
@@ -67,15 +69,19 @@
  * it is set by a CAS that fails if a leave happened in between, and the
  * futex compare fails if a leave happens after it.
  *
- * Hot path: when workers are spinning, a dispatch costs the publish store,
- * one relaxed load of n_sleeping, one cursor RMW per chunk and the close CAS:
- * no allocation, no lock, no syscall. Futex waits use private bitsets so the
- * caller's wake-up (bit 1) never wakes parked workers (bit 0) and vice versa.
+ * Hot path: when workers are spinning, a dispatch costs the busy flag, the
+ * publish store, one load of n_sleeping, one cursor RMW per chunk and the
+ * close CAS (plus, every 16th dispatch, sched_getcpu(), read from the rseq
+ * area): no allocation, no lock, no syscall. Futex waits use private
+ * bitsets so the caller's wake-up (bit 1) never wakes parked workers (bit 0)
+ * and vice versa.
  *
  * Waiting: a worker spins TERN_POOL_SPIN iterations (load + pause), then
  * parks on the futex. When the pool has more threads than CPUs we may run
  * on, spinning would only burn the time slices of the threads we wait for,
- * so the spin budget is 0 (park at once).
+ * so the spin budget is 0 (park at once). How spinning interacts with the
+ * scheduler (no yields in workers, moving off the caller's CPU) is explained
+ * at POOL_CPU_CHECK and move_off() below.
  *
  * Two callers: tern_pool_run takes a try-lock flag and returns TERN_EBUSY if
  * the pool is already running a job (another thread, or a job function
@@ -143,8 +149,8 @@ typedef struct {
 
 struct tern_pool {
     /* Each hot word on its own cache line: state is read by every spinner,
-     * the cursor is hammered while working, n_sleeping is written only on
-     * park/unpark. */
+     * the cursor is hammered while working, n_sleeping is written only when
+     * a worker parks (and zeroed by the publisher that wakes it). */
     _Alignas(64) _Atomic uint32_t state;
     _Alignas(64) _Atomic uint64_t cursor;
     _Alignas(64) _Atomic int n_sleeping;
@@ -158,9 +164,13 @@ struct tern_pool {
     int job_err_range;   /* written by the thread whose CAS set job_err */
     int64_t job_err_row;
 
-    /* Configuration and ownership, cold. */
+    /* The caller's own line: written on every run, read by nobody else. */
     _Alignas(64) atomic_flag busy;
-    _Atomic bool stop;
+    unsigned n_runs;
+
+    /* Read by waiting workers, written rarely (caller_cpu every
+     * POOL_CALLER_CPU_EVERY runs, the rest by setters and destroy). */
+    _Alignas(64) _Atomic bool stop;
     _Atomic int64_t spin;
     _Atomic int64_t gate;
     int n_threads;
@@ -175,7 +185,6 @@ struct tern_pool {
     int creator_cpu;
 #endif
     _Atomic int caller_cpu; /* where the caller last ran, -1 = unknown */
-    unsigned n_runs;        /* caller only */
 #ifndef POOL_HAVE_FUTEX
     pthread_mutex_t park_mu;
     pthread_cond_t park_cv;
