@@ -69,10 +69,21 @@ static tern_context_t *open_context(tern_model_t *m, const run_opts_t *o) {
 typedef struct {
     int print_ids;
     int n;
+    const tern_context_t *c; /* set when hashing logits */
+    int32_t n_vocab;
+    uint64_t digest;
+    int n_digested;
 } run_cb_t;
 
 static int run_token(int32_t id, const char *text, size_t len, void *user) {
     run_cb_t *r = user;
+    if (r->c && id >= 0) {
+        /* FNV-1a over the raw bytes: any bit that differs changes it. */
+        const unsigned char *b = (const unsigned char *)tern_get_logits(r->c);
+        for (size_t i = 0; b && i < (size_t)r->n_vocab * sizeof(float); i++)
+            r->digest = (r->digest ^ b[i]) * 0x100000001b3ull;
+        r->n_digested++;
+    }
     if (r->print_ids) {
         if (id >= 0) printf("%s%d", r->n++ ? " " : "", id);
     } else if (text && len) {
@@ -140,7 +151,7 @@ int cmd_run(int argc, char **argv) {
         tern_detok_free(d);
         fflush(stdout);
     }
-    run_cb_t rcb = {o.print_ids, 0};
+    run_cb_t rcb = {o.print_ids, 0, o.logits_digest ? c : NULL, tern_model_n_vocab(m), 0xcbf29ce484222325ull, 0};
     int32_t n_pred = o.n_predict < 0 ? INT32_MAX : o.n_predict;
     int32_t ng = 0;
     int grc = tern_generate(c, s, ids, (int32_t)n_ids, n_pred, run_token, &rcb, &ng, &err);
@@ -150,6 +161,9 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "\ntern: %s\n", err.msg);
         goto out;
     }
+    if (o.logits_digest)
+        fprintf(stderr, "tern: logits digest %016llx over %d vectors\n", (unsigned long long)rcb.digest,
+                rcb.n_digested);
     if (g_stop) fprintf(stderr, "\ntern: interrupted\n");
     else if (tern_context_pos(c) >= tern_context_n_ctx(c) && ng < n_pred)
         fprintf(stderr, "\ntern: context full (%d positions)\n", tern_context_n_ctx(c));

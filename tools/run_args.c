@@ -21,6 +21,8 @@ static void usage(const char *cmd, FILE *out) {
                 "  --special                 recognize special tokens in the prompt\n"
                 "  --no-bos                  do not prepend BOS\n"
                 "  --ids                     print the generated token ids (one line) instead of text\n"
+                "  --logits-digest           print on stderr a 64-bit FNV-1a hash of the bytes of every logit\n"
+                "                            vector a token was sampled from (thread/batch invariance checks)\n"
                 "  --no-display-prompt       do not echo the prompt\n");
     if (!strcmp(cmd, "chat"))
         fprintf(out,
@@ -168,6 +170,8 @@ int run_opts_parse(run_opts_t *o, int argc, char **argv, const char *cmd) {
             o->special = 1;
         } else if (IS("--no-bos")) {
             o->no_bos = 1;
+        } else if (IS("--logits-digest")) {
+            o->logits_digest = 1;
         } else if (IS("--ids")) {
             o->print_ids = 1;
         } else if (IS("--no-display-prompt") || IS("--no-display")) {

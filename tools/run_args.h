@@ -22,6 +22,7 @@ typedef struct {
     int print_ids;    /* run: print generated ids (one line) instead of text */
     int no_display_prompt;
     int profile;      /* print the per-op profile with the timings */
+    int logits_digest; /* run: print a hash of every logit vector sampled from */
     int seed_given;
     tern_sampler_params_t sp;
 } run_opts_t;
