@@ -6,7 +6,7 @@ PREFIX     ?= /usr/local
 SHARED     ?= $(abspath ../shared)
 CMAKE_GEN  := cmake -S . -DCMAKE_BUILD_TYPE=Release
 
-.PHONY: all deps build test test-release test-asan test-tsan demo bench fuzz install clean
+.PHONY: all deps build test test-release test-asan test-tsan fuzz-smoke demo bench fuzz install clean
 
 all: build
 
@@ -21,9 +21,13 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS) --target tern
 	@echo "built $(BUILD)/tern"
 
-# Three builds: -O2 -Werror, ASan+UBSan, TSan (tests labelled concurrent).
-test: test-release test-asan test-tsan
-	@echo "make test: all three builds passed"
+# Three builds: -O2 -Werror, ASan+UBSan, TSan (tests labelled concurrent);
+# then a short smoke run of every libFuzzer target.
+test: test-release test-asan test-tsan fuzz-smoke
+	@echo "make test: all three builds and the fuzz smoke passed"
+
+fuzz-smoke:
+	@$(MAKE) --no-print-directory fuzz FUZZ_TIME=10
 
 test-release: deps
 	@$(CMAKE_GEN) -B $(BUILD)/test-release >/dev/null
