@@ -67,6 +67,18 @@ int kern_isa_from_name(const char *name); /* -1 if unknown */
  * the table is filled on first use. */
 const kern_ops_t *kern_ops(int type, kern_isa_t isa);
 
+/* Several weight rows in one call, read block by block in lockstep, for
+ * memory-bound matvecs: one sequential stream per core leaves bandwidth
+ * unused, several far-apart streams do not. out[r * ncols + c] = dot(row
+ * w[r], column c), bit-identical to the ops' dot of the same (type, isa).
+ * 1 <= nrows <= KERN_MAX_ROWS. */
+#define KERN_MAX_ROWS 4
+typedef void (*kern_rows_fn)(int64_t k, const void *const *w, int nrows, const void *xa, size_t xa_stride,
+                             int ncols, float *out);
+/* The rows function matching kern_ops(type, isa)'s dot, or NULL when the
+ * format has none (then call the dot row by row). */
+kern_rows_fn kern_rows(int type, kern_isa_t isa);
+
 /* Bytes of the quantized activation row for a weight type and row length:
  * a row of its traits' act_type (so 4k for the float formats). An act fn may
  * write less than this (e.g. bf16 activations) but never more. 0 when the

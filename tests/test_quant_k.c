@@ -9,8 +9,9 @@
  *  - every dot (scalar and each SIMD ISA the CPU has) against a float64 dot
  *    of the dequantized values; SIMD against scalar exactly where the float
  *    arithmetic is exact (so only integer work is compared); multi-column
- *    calls bit-identical to one-column calls; SIMD activation quantizers
- *    byte-identical to the scalar one.
+ *    and multi-row (kquant_dot_rows) calls bit-identical to one-row,
+ *    one-column calls; SIMD activation quantizers byte-identical to the
+ *    scalar one.
  */
 #include "testutil.h"
 

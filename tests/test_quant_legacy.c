@@ -339,7 +339,7 @@ static void dc_init(dotcase_t *dc, int type, int64_t k, int ncols) {
     dc->act_type = quant_traits(type)->act_type;
     dc->k = k;
     dc->wbytes = quant_row_size(type, k);
-    dc->abytes = quant_row_size(dc->act_type, k);
+    dc->abytes = is_float_type(type) ? quant_row_size(dc->act_type, k) : kern_act_size(type, k);
     assert_true(dc->wbytes > 0 && dc->abytes > 0);
     const size_t al = type == TYPE_F32 || dc->act_type == TYPE_F32 ? 4 : 2;
     dc->ast = dc->abytes + 3 * al;
@@ -371,10 +371,17 @@ static double ref64(const dotcase_t *dc, const uint8_t *a, double *l1) {
     assert_non_null(wf);
     assert_non_null(af);
     assert_int_equal(quant_dequantize_row(dc->type, dc->w, wf, k), 0);
-    if (dc->act_type == TYPE_F32)
+    /* The block formats' act rows go back to plain Q8_0 / Q8_1 blocks
+     * first (legacy.h's layout); test_act_layout checks that step. */
+    void *plain = NULL;
+    if (dc->act_type == TYPE_F32) {
         memcpy(af, a, (size_t)k * sizeof(float));
-    else
-        assert_int_equal(quant_dequantize_row(dc->act_type, a, af, k), 0);
+    } else {
+        plain = malloc(quant_row_size(dc->act_type, k));
+        assert_non_null(plain);
+        legacy_act_unpack(dc->act_type, a, k, plain);
+        assert_int_equal(quant_dequantize_row(dc->act_type, plain, af, k), 0);
+    }
     double s = 0, l = 0;
     for (int64_t i = 0; i < k; i++) {
         s += (double)wf[i] * af[i];
@@ -382,7 +389,7 @@ static double ref64(const dotcase_t *dc, const uint8_t *a, double *l1) {
     }
     if (dc->act_type == TYPE_Q8_1) {
         for (int64_t b = 0; b < k / QK; b++) {
-            const block_q8_1 *ab = (const block_q8_1 *)a + b;
+            const block_q8_1 *ab = (const block_q8_1 *)plain + b;
             float d, m;
             block_dm(dc->type, dc->w, b, &d, &m);
             double sa = 0;
@@ -394,6 +401,7 @@ static double ref64(const dotcase_t *dc, const uint8_t *a, double *l1) {
     }
     free(wf);
     free(af);
+    free(plain);
     *l1 = l;
     return s;
 }
@@ -454,8 +462,14 @@ static void test_act_matches_reference(void **state) {
             for (int64_t i = 0; i < k; i++) x[i] = (i / QK) % 2 ? 0.0f : x[i] * 1e-41f;
         for (int t = 0; t < N_WEIGHT_TYPES; t++) {
             const int type = k_weight_types[t], at = quant_traits(type)->act_type;
-            const size_t n = quant_row_size(at, k);
-            assert_int_equal(quant_quantize_row(at, x, r, k), 0);
+            const size_t n = is_float_type(type) ? quant_row_size(at, k) : kern_act_size(type, k);
+            assert_true(n > 0 && n <= (size_t)k * 4);
+            if (is_float_type(type)) {
+                assert_int_equal(quant_quantize_row(at, x, r, k), 0);
+            } else { /* quant_quantize_row's blocks in the kernels' layout */
+                assert_int_equal(quant_quantize_row(at, x, s, k), 0);
+                legacy_act_pack(at, s, k, r);
+            }
             for (int isa = 0; isa < ISA_COUNT; isa++) {
                 if (!g_tab[type][isa].act || !isa_usable((kern_isa_t)isa)) continue;
                 memset(s, 0x5a, n);
@@ -469,6 +483,63 @@ static void test_act_matches_reference(void **state) {
     free(x);
     free(r);
     free(s);
+}
+
+/* The act row layout (legacy.h) on a hand-made row: every field where the
+ * header says it is, the padding zero, and unpack inverting pack. */
+static void test_act_layout(void **state) {
+    (void)state;
+    const int64_t k = 5 * QK; /* a full group and one block of a second */
+    for (int at = TYPE_Q8_0; ; at = TYPE_Q8_1) {
+        const int wtype = at == TYPE_Q8_0 ? TYPE_Q4_0 : TYPE_Q4_1;
+        const size_t n = kern_act_size(wtype, k);
+        assert_int_equal(n, 2 * LEGACY_GROUP_BYTES);
+        const size_t bs = (size_t)quant_traits(at)->size;
+        uint8_t plain[5 * sizeof(block_q8_1)], back[5 * sizeof(block_q8_1)];
+        uint8_t *row = malloc(n);
+        assert_non_null(row);
+        for (int b = 0; b < 5; b++) {
+            uint8_t *p = plain + (size_t)b * bs;
+            const fp16_t d = f32_to_fp16(0.5f * (float)(b + 1)), sv = f32_to_fp16(-3.0f * (float)(b + 1));
+            memcpy(p, &d, 2);
+            if (at == TYPE_Q8_1) memcpy(p + 2, &sv, 2);
+            int8_t *qs = (int8_t *)(p + bs - QK);
+            for (int j = 0; j < QK; j++) qs[j] = (int8_t)(b * 7 + j * 3 - 40);
+        }
+        memset(row, 0x5a, n);
+        legacy_act_pack(at, plain, k, row);
+        for (int b = 0; b < 5; b++) {
+            const uint8_t *g = row + (size_t)(b / 4) * LEGACY_GROUP_BYTES;
+            const int j = b % 4;
+            for (int i = 0; i < QK; i++) /* lo: quants 0..15 at 16j; hi: 16..31 at 64 + 16j */
+                assert_int_equal((int8_t)g[(i < 16 ? 0 : 64) + 16 * j + i % 16], b * 7 + i * 3 - 40);
+            for (int m = 0; m < 4; m++) {
+                float d;
+                memcpy(&d, g + 192 + 4 * (4 * j + m), 4);
+                assert_true(d == 0.5f * (float)(b + 1));
+                if (at == TYPE_Q8_0) {
+                    int32_t ns, want = 0;
+                    memcpy(&ns, g + 128 + 4 * (4 * j + m), 4);
+                    for (int t = 0; t < 4; t++) want -= (b * 7 + (4 * m + t) * 3 - 40) + (b * 7 + (16 + 4 * m + t) * 3 - 40);
+                    assert_int_equal(ns, want);
+                } else {
+                    float sv;
+                    memcpy(&sv, g + 128 + 4 * (4 * j + m), 4);
+                    assert_true(sv == (m == 0 ? -3.0f * (float)(b + 1) : 0.0f));
+                }
+            }
+        }
+        for (size_t i = LEGACY_GROUP_BYTES; i < n; i++) { /* blocks 5..7 of the second group: zero */
+            const size_t o = i - LEGACY_GROUP_BYTES;
+            const bool blk0 = (o < 128 && o % 64 < 16) || (o >= 128 && (o - 128) % 64 < 16);
+            if (!blk0) assert_int_equal(row[i], 0);
+        }
+        memset(back, 0, sizeof(back));
+        legacy_act_unpack(at, row, k, back);
+        assert_memory_equal(back, plain, 5 * bs);
+        free(row);
+        if (at == TYPE_Q8_1) break;
+    }
 }
 
 /* ---- dots: exact cases ---------------------------------------------------- */
@@ -498,6 +569,8 @@ static void test_dot_exact(void **state) {
             free(x);
         } else {
             const size_t bs = (size_t)quant_traits(type)->size, as = (size_t)quant_traits(dc.act_type)->size;
+            uint8_t *plain = malloc(quant_row_size(dc.act_type, k) * (size_t)ncols);
+            assert_non_null(plain);
             for (size_t i = 0; i < dc.wbytes; i++) dc.w[i] = (uint8_t)tu_rand(&seed);
             for (int64_t b = 0; b < k / QK; b++) {
                 uint8_t *p = dc.w + (size_t)b * bs;
@@ -507,7 +580,7 @@ static void test_dot_exact(void **state) {
                     p[2] = (uint8_t)m, p[3] = (uint8_t)(m >> 8);
                 }
                 for (int c = 0; c < ncols; c++) {
-                    uint8_t *q = dc.a + (size_t)c * dc.ast + (size_t)b * as;
+                    uint8_t *q = plain + quant_row_size(dc.act_type, k) * (size_t)c + (size_t)b * as;
                     for (size_t i = 0; i < as; i++) q[i] = (uint8_t)(tu_rand(&seed) % 255 + 129); /* int8 -127..127 */
                     q[0] = 0x00, q[1] = 0x3c;
                     if (dc.act_type == TYPE_Q8_1) { /* s = d * sum(q), exact here */
@@ -519,6 +592,10 @@ static void test_dot_exact(void **state) {
                     }
                 }
             }
+            for (int c = 0; c < ncols; c++)
+                legacy_act_pack(dc.act_type, plain + quant_row_size(dc.act_type, k) * (size_t)c, k,
+                                dc.a + (size_t)c * dc.ast);
+            free(plain);
         }
         for (int c = 0; c < ncols; c++) {
             double l1;
@@ -619,6 +696,47 @@ static void test_dot_multicol_bitexact(void **state) {
     }
 }
 
+/* The AVX-512 block kernels come in two builds, with and without
+ * AVX512-VBMI (legacy_avx512.c picks at registration; TERN_NO_VBMI turns
+ * VBMI off). They differ only in how the quants are loaded, so they must
+ * agree bit for bit; on a CPU without VBMI both tables hold the same
+ * kernel and this checks nothing, which it says. */
+static void test_avx512_vbmi_same(void **state) {
+    (void)state;
+#if defined(__x86_64__)
+    if (!isa_usable(ISA_AVX512)) {
+        print_message("no AVX-512 here: VBMI comparison not run\n");
+        return;
+    }
+    if (!__builtin_cpu_supports("avx512vbmi")) print_message("no AVX512-VBMI here: both tables hold the same kernels\n");
+    static kern_table_t plain;
+    setenv("TERN_NO_VBMI", "1", 1);
+    kern_register_legacy(plain);
+    unsetenv("TERN_NO_VBMI");
+    uint64_t seed = 4242;
+    const int block_types[] = {TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_Q8_0};
+    for (int t = 0; t < 5; t++) {
+        const int type = block_types[t];
+        const int64_t ks[] = {32, 96, 32 * 37, 4096};
+        for (int ki = 0; ki < 4; ki++) {
+            dotcase_t dc;
+            dc_init(&dc, type, ks[ki], KERN_MAX_COLS);
+            dc_weights_gauss(&dc, &seed);
+            dc_acts_gauss(&dc, KERN_MAX_COLS, ISA_SCALAR, &seed);
+            for (int nc = 1; nc <= KERN_MAX_COLS; nc++) {
+                float a[KERN_MAX_COLS], b[KERN_MAX_COLS];
+                g_tab[type][ISA_AVX512].dot(dc.k, dc.w, dc.a, dc.ast, nc, a);
+                plain[type][ISA_AVX512].dot(dc.k, dc.w, dc.a, dc.ast, nc, b);
+                assert_memory_equal(a, b, (size_t)nc * sizeof(float));
+            }
+            dc_free(&dc);
+        }
+    }
+#else
+    print_message("not x86-64: VBMI comparison not run\n");
+#endif
+}
+
 /* The fp16 table the kernels read scales (and scalar F16 weights) through
  * is the exact conversion for every bit pattern, NaNs included. */
 static void test_fp16_table(void **state) {
@@ -662,11 +780,13 @@ int main(void) {
         cmocka_unit_test(test_weird_inputs),
         cmocka_unit_test(test_table_entries),
         cmocka_unit_test(test_fp16_table),
+        cmocka_unit_test(test_act_layout),
         cmocka_unit_test(test_act_matches_reference),
         cmocka_unit_test(test_dot_exact),
         cmocka_unit_test(test_dot_vs_reference),
         cmocka_unit_test(test_dot_huge_k),
         cmocka_unit_test(test_dot_multicol_bitexact),
+        cmocka_unit_test(test_avx512_vbmi_same),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

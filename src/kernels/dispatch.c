@@ -19,6 +19,8 @@
 #include "common.h"
 #include "cpu.h"
 #include "kernels.h"
+#include "kquant.h"
+#include "legacy.h"
 
 static kern_table_t g_table;
 static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;
@@ -123,5 +125,17 @@ size_t kern_act_size(int type, int64_t k) {
     if (!t || !t->weight) return 0;
     /* The weight row must be whole blocks too, not only the activation. */
     if (quant_row_size(type, k) == 0 && k != 0) return 0;
+    /* The 32-block formats lay their activation rows out for their kernels
+     * (legacy.h); everything else uses plain rows of the act type. */
+    if (t->act_type == TYPE_Q8_0 || t->act_type == TYPE_Q8_1) return legacy_act_size(type, k);
     return quant_row_size(t->act_type, k);
+}
+
+kern_rows_fn kern_rows(int type, kern_isa_t isa) {
+    const kern_ops_t *o = kern_ops(type, isa);
+    if (!o) return NULL;
+    /* The ISA whose entry kern_ops chose, so rows and dot agree bit for bit. */
+    for (int i = 0; i < ISA_COUNT; i++)
+        if (&g_table[type][i] == o) return kquant_dot_rows(type, (kern_isa_t)i);
+    return NULL;
 }

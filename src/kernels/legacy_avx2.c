@@ -4,7 +4,9 @@
  * the scalar oracle and the arithmetic they follow).
  *
  * Block formats: each 32-weight block is decoded once (nibbles by a
- * broadcast load and a per-lane shift), then for every activation column the
+ * broadcast load and a per-lane shift), then for every activation column
+ * (whose block is read from the group layout of legacy.h: its two 16-byte
+ * halves joined by one insert, d and s as floats) the
  * exact int32 block sum is formed with maddubs and madd (see step_signed /
  * step_offset), converted to float and accumulated with one FMA by
  * d_w * d_a; the fp16 scales are read through legacy_fp16_lut (pure loads).
@@ -183,6 +185,32 @@ ALWAYS_INLINE __m256i dot_us(__m256i u, __m256i s) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
+/* Block ib of an activation row (layout in legacy.h): its 32 quants in
+ * block order (one 128-bit insert from the lo / hi halves), d and s. */
+typedef struct {
+    const char *g; /* the group's first byte */
+    size_t j;
+} act_ref_t;
+ALWAYS_INLINE act_ref_t act_at(const char *xa, int64_t ib) {
+    return (act_ref_t){xa + (size_t)(ib / LEGACY_GROUP) * LEGACY_GROUP_BYTES, (size_t)(ib % LEGACY_GROUP)};
+}
+ALWAYS_INLINE __m256i act_qs(act_ref_t a) {
+    return _mm256_loadu2_m128i((const __m128i *)(a.g + LEGACY_OFF_HI + 16 * a.j),
+                               (const __m128i *)(a.g + LEGACY_OFF_LO + 16 * a.j));
+}
+/* d and s: possibly unaligned floats, read by memcpy (one vbroadcastss /
+ * vmovss once compiled). */
+ALWAYS_INLINE __m256 act_d(act_ref_t a) {
+    float d;
+    memcpy(&d, a.g + LEGACY_OFF_DEXP + 16 * a.j, sizeof(d));
+    return _mm256_set1_ps(d);
+}
+ALWAYS_INLINE __m128 act_s(act_ref_t a) {
+    float s;
+    memcpy(&s, a.g + LEGACY_OFF_NSUM + 16 * a.j, sizeof(s));
+    return _mm_set_ss(s);
+}
+
 /* Block steps. Every way of forming a column's int32 block sum below is
  * exact (and gives the same value in every int32 lane: the sum over four
  * consecutive bytes), so the float results do not depend on which one runs:
@@ -195,10 +223,10 @@ ALWAYS_INLINE void step_signed(__m256i ws, fp16_t dw, const char *xa, size_t st,
     const __m256i aw = _mm256_sign_epi8(ws, ws); /* |w|; -128 reads as unsigned 128 */
     const __m256 dwv = _mm256_broadcast_ss(LUT(dw));
     _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {
-        const block_q8_0 *a = (const block_q8_0 *)(xa + (size_t)c * st) + ib;
-        const __m256i as = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a->qs), ws);
+        const act_ref_t a = act_at(xa + (size_t)c * st, ib);
+        const __m256i as = _mm256_sign_epi8(act_qs(a), ws);
         const __m256 p = _mm256_cvtepi32_ps(dot_us(aw, as));
-        acc[c] = _mm256_fmadd_ps(p, _mm256_mul_ps(dwv, _mm256_broadcast_ss(LUT(a->d))), acc[c]);
+        acc[c] = _mm256_fmadd_ps(p, _mm256_mul_ps(dwv, act_d(a)), acc[c]);
     }
 }
 
@@ -210,12 +238,12 @@ ALWAYS_INLINE void step_signed(__m256i ws, fp16_t dw, const char *xa, size_t st,
 ALWAYS_INLINE void step_offset(__m256i q, int off, fp16_t dw, const char *xa, size_t st, int64_t ib, int nc,
                                __m256 *acc) {
     if (nc == 1) {
-        const block_q8_0 *a = (const block_q8_0 *)xa + ib;
-        const __m256i av = _mm256_loadu_si256((const __m256i *)a->qs);
+        const act_ref_t a = act_at(xa, ib);
+        const __m256i av = act_qs(a);
         const __m256i p16 =
             _mm256_sub_epi16(_mm256_maddubs_epi16(q, av), _mm256_maddubs_epi16(_mm256_set1_epi8((char)off), av));
         const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-        acc[0] = _mm256_fmadd_ps(p, _mm256_mul_ps(_mm256_broadcast_ss(LUT(dw)), _mm256_broadcast_ss(LUT(a->d))), acc[0]);
+        acc[0] = _mm256_fmadd_ps(p, _mm256_mul_ps(_mm256_broadcast_ss(LUT(dw)), act_d(a)), acc[0]);
         return;
     }
     step_signed(_mm256_sub_epi8(q, _mm256_set1_epi8((char)off)), dw, xa, st, ib, nc, acc);
@@ -227,10 +255,10 @@ ALWAYS_INLINE void step_min(__m256i q, fp16_t dw, fp16_t mw, const char *xa, siz
     const __m256 dwv = _mm256_broadcast_ss(LUT(dw));
     const __m128 mwv = _mm_load_ss(LUT(mw));
     _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {
-        const block_q8_1 *a = (const block_q8_1 *)(xa + (size_t)c * st) + ib;
-        const __m256 p = _mm256_cvtepi32_ps(dot_us(q, _mm256_loadu_si256((const __m256i *)a->qs)));
-        acc[c] = _mm256_fmadd_ps(p, _mm256_mul_ps(dwv, _mm256_broadcast_ss(LUT(a->d))), acc[c]);
-        accm[c] = _mm_fmadd_ss(mwv, _mm_load_ss(LUT(a->s)), accm[c]);
+        const act_ref_t a = act_at(xa + (size_t)c * st, ib);
+        const __m256 p = _mm256_cvtepi32_ps(dot_us(q, act_qs(a)));
+        acc[c] = _mm256_fmadd_ps(p, _mm256_mul_ps(dwv, act_d(a)), acc[c]);
+        accm[c] = _mm_fmadd_ss(mwv, act_s(a), accm[c]);
     }
 }
 
@@ -354,22 +382,36 @@ ALWAYS_INLINE float q8_block(const float *x, int8_t *qs, fp16_t *dout, int *sum)
     return d;
 }
 
+/* Blocks as quant_quantize_row makes them, packed a group at a time by the
+ * reference's packer, so the bytes match the scalar act fn's. */
 static void act_q8_0_avx2(const float *x, void *xa, int64_t k) {
     TERN_CHECK(k % QK == 0);
-    block_q8_0 *y = xa;
-    for (int64_t i = 0; i < k / QK; i++) {
-        int sum;
-        q8_block(x + i * QK, y[i].qs, &y[i].d, &sum);
+    const int64_t nb = k / QK;
+    char *g = xa;
+    for (int64_t i = 0; i < nb; i += LEGACY_GROUP, g += LEGACY_GROUP_BYTES) {
+        const int n = nb - i < LEGACY_GROUP ? (int)(nb - i) : LEGACY_GROUP;
+        block_q8_0 y[LEGACY_GROUP];
+        for (int j = 0; j < n; j++) {
+            int sum;
+            q8_block(x + (i + j) * QK, y[j].qs, &y[j].d, &sum);
+        }
+        legacy_act_pack_group(TYPE_Q8_0, y, n, g);
     }
 }
 
 static void act_q8_1_avx2(const float *x, void *xa, int64_t k) {
     TERN_CHECK(k % QK == 0);
-    block_q8_1 *y = xa;
-    for (int64_t i = 0; i < k / QK; i++) {
-        int sum;
-        const float d = q8_block(x + i * QK, y[i].qs, &y[i].d, &sum);
-        y[i].s = f32_to_fp16((float)sum * d);
+    const int64_t nb = k / QK;
+    char *g = xa;
+    for (int64_t i = 0; i < nb; i += LEGACY_GROUP, g += LEGACY_GROUP_BYTES) {
+        const int n = nb - i < LEGACY_GROUP ? (int)(nb - i) : LEGACY_GROUP;
+        block_q8_1 y[LEGACY_GROUP];
+        for (int j = 0; j < n; j++) {
+            int sum;
+            const float d = q8_block(x + (i + j) * QK, y[j].qs, &y[j].d, &sum);
+            y[j].s = f32_to_fp16((float)sum * d);
+        }
+        legacy_act_pack_group(TYPE_Q8_1, y, n, g);
     }
 }
 

@@ -3,20 +3,22 @@
  * quantizers for F32, F16, BF16 and the 32-element block formats (see
  * legacy_ref.c for the scalar oracle and the arithmetic they follow).
  *
- * Block formats: a block's 32 weights are decoded once into a 256-bit vector
- * (signed bytes, or unsigned quants for Q4_1 / Q5_1); the block sum of each
- * column is formed with vpdpbusd (unsigned x signed bytes -> int32, exact;
- * see step_signed / step_offset for the signed formats), converted to float and
- * accumulated with one FMA by d_w * d_a (fp16 scales read through
- * legacy_fp16_lut: pure loads, where a scalar vcvtph2ps would compete for
- * the shuffle port). Even and odd blocks use separate accumulators. The
- * fifth bit of Q5 quants is applied with a byte mask straight from qh
+ * Block formats: four blocks per step, against one group of the activation
+ * layout of legacy.h (see the comment above load4x16 and BLOCK_DOT): the
+ * quants of the four blocks fill two 512-bit vectors, per column two
+ * vpdpbusd give 16 exact int32 partial sums (four lanes per block), which
+ * are converted and accumulated per lane with one multiply and one FMA by
+ * d_w * d_a spread to the lanes. The scales come out of the weight bytes by
+ * one word permute and vcvtph2ps; with AVX512-VBMI (checked at
+ * registration) the quants come out by one byte permute as well. The
+ * fifth bit of Q5 quants is applied with byte masks straight from qh
  * (AVX-512BW k-registers). The weight stream is prefetched PF_DIST ahead.
  * Float formats: 16 elements per vector, four accumulators per column, the
  * ragged end done with masked loads (masked-off lanes read as zero).
  *
  * Only AVX-512 F/BW/VL/VNNI instructions are used (no DQ, no BF16), the set
- * kern_isa_best() checks before it picks ISA_AVX512.
+ * kern_isa_best() checks before it picks ISA_AVX512, except in the *_vbmi
+ * kernels (target attribute), registered only where the CPU has VBMI.
  *
  * Multi-column calls decode the weights once for all columns; the per-column
  * work is written once and unrolled over a constant column count, so each
@@ -25,6 +27,10 @@
 #if defined(__x86_64__)
 
 #include <immintrin.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -117,8 +123,9 @@ FLOAT_DOT(f32, 4, load16_f32)
 FLOAT_DOT(f16, 2, load16_f16)
 FLOAT_DOT(bf16, 2, load16_bf16)
 
-#define COLS_ENTRY(name, body)                                                                           \
-    static void name(int64_t k, const void *w, const void *xa, size_t st, int nc, float *out) {          \
+#define COLS_ENTRY(name, body) COLS_ENTRY_A(, name, body)
+#define COLS_ENTRY_A(attr, name, body)                                                                   \
+    attr static void name(int64_t k, const void *w, const void *xa, size_t st, int nc, float *out) {     \
         const char *x = xa;                                                                              \
         while (nc > 0) {                                                                                 \
             const int n = nc < KERN_MAX_COLS ? nc : KERN_MAX_COLS;                                       \
@@ -144,163 +151,251 @@ static void act_copy_avx512(const float *x, void *xa, int64_t k) {
 
 /* ---- 32-blocks ------------------------------------------------------------ */
 
-#define LUT(h) (&legacy_fp16_lut[(h)])
+/* Four blocks per step (one group of the activation layout, legacy.h).
+ * The weights' quants go into two vectors, lo = quants 0..15 of blocks
+ * 0..3 (one 128-bit lane per block) and hi = quants 16..31, as unsigned
+ * bytes; per column two vpdpbusd against the group's lo / hi bytes give 16
+ * exact int32 partial sums, four per block. They are converted and
+ * accumulated per lane: acc += float(p) * (dw * dexp), with dw the blocks'
+ * scales in their lanes (decoded once per group) and dexp the activation
+ * scales, already spread by the act fn. So a column costs two vpdpbusd, a
+ * shift, a convert, a multiply and an FMA per four blocks, where the
+ * one-block-per-ymm kernels this replaced spent about twice that.
+ * Signed weights need the unsigned operand of vpdpbusd: for offset quants
+ * (Q4_0: w = q - 8, Q5_0: q - 16) q is used as is, and for Q8_0 w + 128;
+ * either way sum w * a = sum u * a - off * sum a, and the act row holds
+ * -sum a per lane (nsum), so the correction is vpdpbusd's start value,
+ * nsum << log2(off). The mins of Q4_1 / Q5_1 go into a second accumulator,
+ * accm += mw * sexp (sexp nonzero only in a block's first lane). */
 
-ALWAYS_INLINE __m256i nibbles32(const uint8_t *qs) {
-    /* A broadcast from memory is a pure load; the upper copy is shifted by 4
-     * with a per-lane shift, so no shuffle-port insert is needed. */
-    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
-    return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(15));
+ALWAYS_INLINE __m512i load4x16(const uint8_t *p, size_t bsz) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + bsz)), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 2 * bsz)), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 3 * bsz)), 3);
 }
 
-ALWAYS_INLINE __mmask32 qh_mask(const uint8_t qh[4]) {
-    uint32_t h;
-    memcpy(&h, qh, 4);
-    return (__mmask32)h;
+/* Byte masks of the fifth bits of four Q5 blocks (qh at p, stride bsz):
+ * bit 16j+m of *lo = bit m of block j's qh, of *hi = bit 16+m. */
+ALWAYS_INLINE void qh_masks(const uint8_t *p, size_t bsz, __mmask64 *lo, __mmask64 *hi) {
+    uint16_t h[8];
+    memcpy(&h[0], p, 4);
+    memcpy(&h[2], p + bsz, 4);
+    memcpy(&h[4], p + 2 * bsz, 4);
+    memcpy(&h[6], p + 3 * bsz, 4);
+    *lo = (__mmask64)((uint64_t)h[0] | (uint64_t)h[2] << 16 | (uint64_t)h[4] << 32 | (uint64_t)h[6] << 48);
+    *hi = (__mmask64)((uint64_t)h[1] | (uint64_t)h[3] << 16 | (uint64_t)h[5] << 32 | (uint64_t)h[7] << 48);
 }
 
-/* Block steps. Every way of forming a column's int32 block sum below is
- * exact, so the float results do not depend on which one runs: the choice
- * is made per column count (a constant after inlining) purely for speed, and
- * one-column and multi-column calls still agree bit for bit. After the sum:
- * acc += float(sum) * (d_w * d_a), one FMA per block and column. */
+typedef struct {
+    __m512i lo, hi; /* unsigned quants */
+    __m512 dw, mw;  /* scales and mins in their blocks' lanes (mw: Q4_1 / Q5_1) */
+} wgroup_t;
 
-ALWAYS_INLINE __m256 col_scale(__m256 dwv, fp16_t da) {
-    return _mm256_mul_ps(dwv, _mm256_broadcast_ss(LUT(da)));
+/* Every permute below reads two in-bounds 64-byte windows of the group
+ * (G = 4 * block size = 72..136 bytes): win0 = bytes 0..63 and win1 =
+ * bytes w1..w1+63, w1 = G - 64 (Q8_0: 64). The scales: one word permute of
+ * the windows puts block j's fp16 d in words 4j..4j+3 (and its m in words
+ * 16+4j..16+4j+3), then vcvtph2ps: far cheaper than four scalar table
+ * reads spread by masked broadcasts, whose loads miss L1 on real scales.
+ * The conversion is exact, the same values as fp16_to_f32. */
+enum { FMT_Q4_0, FMT_Q4_1, FMT_Q5_0, FMT_Q5_1, FMT_Q8_0, FMT_COUNT };
+typedef struct {
+    uint16_t sw[32]; /* word permute: scales (and mins) */
+    uint8_t sb[64];  /* the same as a byte permute (VBMI) */
+    uint8_t qs[64];  /* byte permute: quants 16j..16j+15 = block j's qs (VBMI) */
+    uint8_t qs8[64]; /* Q8_0 quants 16..31, from windows at 8 and 72 (VBMI) */
+} perm_t;
+static perm_t g_perm[FMT_COUNT] __attribute__((aligned(64)));
+
+static const struct {
+    size_t bsz, doff, moff, qoff; /* moff 0: no min */
+} k_fmt[FMT_COUNT] = {
+    {sizeof(block_q4_0), offsetof(block_q4_0, d), 0, offsetof(block_q4_0, qs)},
+    {sizeof(block_q4_1), offsetof(block_q4_1, d), offsetof(block_q4_1, m), offsetof(block_q4_1, qs)},
+    {sizeof(block_q5_0), offsetof(block_q5_0, d), 0, offsetof(block_q5_0, qs)},
+    {sizeof(block_q5_1), offsetof(block_q5_1, d), offsetof(block_q5_1, m), offsetof(block_q5_1, qs)},
+    {sizeof(block_q8_0), offsetof(block_q8_0, d), 0, offsetof(block_q8_0, qs)},
+};
+
+ALWAYS_INLINE size_t win1(int f) {
+    return f == FMT_Q8_0 ? 64 : 4 * k_fmt[f].bsz - 64;
 }
 
-/* Several columns, signed weights ws: the activations are offset to
- * a + 128 = a ^ 0x80 (vpdpbusd's unsigned operand) and the sum corrected:
- *   sum a*w = sum (a + 128)*w - 128 * sum w.
- * negc = -128 * sum w (per int32 lane) depends on the weights only, so it
- * is formed once and is vpdpbusd's starting value for every column: per
- * column one bitwise op (any vector port) and one vpdpbusd, where moving the
- * sign onto the activations would cost two ops on ports 0/1. */
-ALWAYS_INLINE void cols_biased(__m256i ws, __m256i negc, fp16_t dw, const char *xa, size_t st, int64_t ib, int nc,
-                               __m256 *acc) {
-    const __m256 dwv = _mm256_broadcast_ss(LUT(dw));
+/* Index of group byte o in the concatenation of windows at a0 and a1. */
+static size_t win_index(size_t o, size_t a0, size_t a1) {
+    TERN_CHECK(o >= a0 && (o < a0 + 64 || (o >= a1 && o < a1 + 64)));
+    return o < a0 + 64 ? o - a0 : 64 + (o - a1);
+}
+
+static void perm_init(void) {
+    for (int f = 0; f < FMT_COUNT; f++) {
+        perm_t *p = &g_perm[f];
+        const size_t bs = k_fmt[f].bsz, w1 = win1(f);
+        memset(p, 0, sizeof(*p));
+        for (size_t j = 0; j < 4; j++) {
+            for (size_t m = 0; m < 4; m++) {
+                const size_t d = win_index(j * bs + k_fmt[f].doff, 0, w1);
+                p->sw[4 * j + m] = (uint16_t)(d / 2);
+                p->sb[8 * j + 2 * m] = (uint8_t)d, p->sb[8 * j + 2 * m + 1] = (uint8_t)(d + 1);
+                if (k_fmt[f].moff) {
+                    const size_t mo = win_index(j * bs + k_fmt[f].moff, 0, w1);
+                    p->sw[16 + 4 * j + m] = (uint16_t)(mo / 2);
+                    p->sb[32 + 8 * j + 2 * m] = (uint8_t)mo, p->sb[32 + 8 * j + 2 * m + 1] = (uint8_t)(mo + 1);
+                }
+            }
+            for (size_t i = 0; i < 16; i++) {
+                p->qs[16 * j + i] = (uint8_t)win_index(j * bs + k_fmt[f].qoff + i, 0, w1);
+                if (f == FMT_Q8_0) p->qs8[16 * j + i] = (uint8_t)win_index(j * bs + k_fmt[f].qoff + 16 + i, 8, 72);
+            }
+        }
+    }
+}
+
+ALWAYS_INLINE void scales_from(__m512i x, bool min, wgroup_t *g) {
+    g->dw = _mm512_cvtph_ps(_mm512_castsi512_si256(x));
+    g->mw = min ? _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1)) : _mm512_setzero_ps();
+}
+
+/* Quants vector v (bytes 16j..16j+15 = block j's qs) -> unsigned quants. */
+ALWAYS_INLINE void nibbles(__m512i v, wgroup_t *g) {
+    const __m512i m = _mm512_set1_epi8(15);
+    g->lo = _mm512_and_si512(v, m);
+    g->hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
+}
+
+ALWAYS_INLINE void fifth_bits(const uint8_t *w, int f, wgroup_t *g) {
+    __mmask64 hl, hh;
+    const size_t qh = f == FMT_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh);
+    qh_masks(w + qh, k_fmt[f].bsz, &hl, &hh);
+    const __m512i b4 = _mm512_set1_epi8(16);
+    g->lo = _mm512_mask_add_epi8(g->lo, hl, g->lo, b4);
+    g->hi = _mm512_mask_add_epi8(g->hi, hh, g->hi, b4);
+}
+
+/* Decode one group of format f (a constant after inlining). */
+ALWAYS_INLINE wgroup_t grp_plain(const uint8_t *w, int f) {
+    wgroup_t g;
+    const bool min = k_fmt[f].moff != 0;
+    const __m512i x = _mm512_permutex2var_epi16(_mm512_loadu_si512(w), _mm512_load_si512(g_perm[f].sw),
+                                                _mm512_loadu_si512(w + win1(f)));
+    scales_from(x, min, &g);
+    const uint8_t *q = w + k_fmt[f].qoff;
+    if (f == FMT_Q8_0) {
+        const __m512i s = _mm512_set1_epi8((char)0x80); /* w + 128 */
+        g.lo = _mm512_xor_si512(load4x16(q, k_fmt[f].bsz), s);
+        g.hi = _mm512_xor_si512(load4x16(q + 16, k_fmt[f].bsz), s);
+        return g;
+    }
+    nibbles(load4x16(q, k_fmt[f].bsz), &g);
+    if (f == FMT_Q5_0 || f == FMT_Q5_1) fifth_bits(w, f, &g);
+    return g;
+}
+
+/* AVX512-VBMI: the quants too come from the two windows, by one vpermt2b
+ * in place of a load and three inserts (shuffle-port ops). Same values as
+ * grp_plain, so the choice changes speed, not results. */
+#define VBMI __attribute__((target("avx512vbmi")))
+#define ALWAYS_INLINE_VBMI static inline __attribute__((always_inline, target("avx512vbmi")))
+
+ALWAYS_INLINE_VBMI wgroup_t grp_vbmi(const uint8_t *w, int f) {
+    wgroup_t g;
+    const bool min = k_fmt[f].moff != 0;
+    const __m512i a = _mm512_loadu_si512(w), b = _mm512_loadu_si512(w + win1(f));
+    scales_from(_mm512_permutex2var_epi8(a, _mm512_load_si512(g_perm[f].sb), b), min, &g);
+    const __m512i v = _mm512_permutex2var_epi8(a, _mm512_load_si512(g_perm[f].qs), b);
+    if (f == FMT_Q8_0) {
+        const __m512i s = _mm512_set1_epi8((char)0x80);
+        const __m512i v2 = _mm512_permutex2var_epi8(_mm512_loadu_si512(w + 8), _mm512_load_si512(g_perm[f].qs8),
+                                                    _mm512_loadu_si512(w + 72));
+        g.lo = _mm512_xor_si512(v, s);
+        g.hi = _mm512_xor_si512(v2, s);
+        return g;
+    }
+    nibbles(v, &g);
+    if (f == FMT_Q5_0 || f == FMT_Q5_1) fifth_bits(w, f, &g);
+    return g;
+}
+
+/* One group, nc columns. sh: log2 of the offset (0: none, the min formats). */
+ALWAYS_INLINE void grp_cols(const wgroup_t *g, int sh, bool min, const char *xa, size_t st, int64_t gi, int nc,
+                            __m512 *acc, __m512 *accm) {
     _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {
-        const block_q8_0 *a = (const block_q8_0 *)(xa + (size_t)c * st) + ib;
-        const __m256i au = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)a->qs), _mm256_set1_epi8((char)0x80));
-        const __m256i s = _mm256_dpbusd_epi32(negc, au, ws);
-        acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), col_scale(dwv, a->d), acc[c]);
+        const char *a = xa + (size_t)c * st + (size_t)gi * LEGACY_GROUP_BYTES;
+        __m512i p = sh ? _mm512_slli_epi32(_mm512_loadu_si512(a + LEGACY_OFF_NSUM), (unsigned)sh) : _mm512_setzero_si512();
+        p = _mm512_dpbusd_epi32(p, g->lo, _mm512_loadu_si512(a + LEGACY_OFF_LO));
+        p = _mm512_dpbusd_epi32(p, g->hi, _mm512_loadu_si512(a + LEGACY_OFF_HI));
+        acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(g->dw, _mm512_loadu_ps(a + LEGACY_OFF_DEXP)), acc[c]);
+        if (min) accm[c] = _mm512_fmadd_ps(g->mw, _mm512_loadu_ps(a + LEGACY_OFF_NSUM), accm[c]); /* sexp */
     }
 }
 
-/* Signed weights (Q8_0). One column: |w| times a with w's sign moved onto a
- * (three ops); several: cols_biased. */
-ALWAYS_INLINE void step_signed(__m256i ws, fp16_t dw, const char *xa, size_t st, int64_t ib, int nc, __m256 *acc) {
-    if (nc == 1) {
-        const block_q8_0 *a = (const block_q8_0 *)xa + ib;
-        const __m256i as = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)a->qs), ws);
-        const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(ws), as);
-        acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), col_scale(_mm256_broadcast_ss(LUT(dw)), a->d), acc[0]);
-        return;
-    }
-    const __m256i c128 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), ws);
-    cols_biased(ws, _mm256_sub_epi32(_mm256_setzero_si256(), c128), dw, xa, st, ib, nc, acc);
-}
-
-/* Offset weights w = q - off with unsigned quants q (Q4_0: off 8, Q5_0: 16).
- * One column: q is already vpdpbusd's unsigned operand, so
- *   sum w*a = sum q*a - off * sum a,
- * the second sum being one more vpdpbusd, of the constant off against a.
- * Several columns: cols_biased, whose correction -128 * sum(q - off) comes
- * from q in one vpdpbusd: q times the signed constant -128, started from
- * 128 * off * 4 (four bytes per int32 lane). */
-ALWAYS_INLINE void step_offset(__m256i q, int off, fp16_t dw, const char *xa, size_t st, int64_t ib, int nc,
-                               __m256 *acc) {
-    if (nc == 1) {
-        const block_q8_0 *a = (const block_q8_0 *)xa + ib;
-        const __m256i av = _mm256_loadu_si256((const __m256i *)a->qs);
-        const __m256i offa = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)off), av);
-        const __m256i s = _mm256_dpbusd_epi32(_mm256_sub_epi32(_mm256_setzero_si256(), offa), q, av);
-        acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), col_scale(_mm256_broadcast_ss(LUT(dw)), a->d), acc[0]);
-        return;
-    }
-    const __m256i negc = _mm256_dpbusd_epi32(_mm256_set1_epi32(128 * off * 4), q, _mm256_set1_epi8((char)0x80));
-    cols_biased(_mm256_sub_epi8(q, _mm256_set1_epi8((char)off)), negc, dw, xa, st, ib, nc, acc);
-}
-
-ALWAYS_INLINE void step_min(__m256i q, fp16_t dw, fp16_t mw, const char *xa, size_t st, int64_t ib, int nc,
-                            __m256 *acc, __m128 *accm) {
-    const __m256 dwv = _mm256_broadcast_ss(LUT(dw));
-    const __m128 mwv = _mm_load_ss(LUT(mw));
-    _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {
-        const block_q8_1 *a = (const block_q8_1 *)(xa + (size_t)c * st) + ib;
-        const __m256i av = _mm256_loadu_si256((const __m256i *)a->qs);
-        const __m256 p = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), q, av));
-        acc[c] = _mm256_fmadd_ps(p, _mm256_mul_ps(dwv, _mm256_broadcast_ss(LUT(a->d))), acc[c]);
-        accm[c] = _mm_fmadd_ss(mwv, _mm_load_ss(LUT(a->s)), accm[c]);
-    }
-}
-
-ALWAYS_INLINE void blk_q4_0(const char *w, int64_t ib, const char *xa, size_t st, int nc, __m256 *acc, __m128 *accm) {
-    (void)accm;
-    const block_q4_0 *b = (const block_q4_0 *)w + ib;
-    step_offset(nibbles32(b->qs), 8, b->d, xa, st, ib, nc, acc);
-}
-
-ALWAYS_INLINE void blk_q5_0(const char *w, int64_t ib, const char *xa, size_t st, int nc, __m256 *acc, __m128 *accm) {
-    (void)accm;
-    const block_q5_0 *b = (const block_q5_0 *)w + ib;
-    /* The fifth bit goes in with a byte mask straight from qh. */
-    const __m256i q = nibbles32(b->qs);
-    step_offset(_mm256_mask_add_epi8(q, qh_mask(b->qh), q, _mm256_set1_epi8(16)), 16, b->d, xa, st, ib, nc, acc);
-}
-
-ALWAYS_INLINE void blk_q8_0(const char *w, int64_t ib, const char *xa, size_t st, int nc, __m256 *acc, __m128 *accm) {
-    (void)accm;
-    const block_q8_0 *b = (const block_q8_0 *)w + ib;
-    step_signed(_mm256_loadu_si256((const __m256i *)b->qs), b->d, xa, st, ib, nc, acc);
-}
-
-ALWAYS_INLINE void blk_q4_1(const char *w, int64_t ib, const char *xa, size_t st, int nc, __m256 *acc, __m128 *accm) {
-    const block_q4_1 *b = (const block_q4_1 *)w + ib;
-    step_min(nibbles32(b->qs), b->d, b->m, xa, st, ib, nc, acc, accm);
-}
-
-ALWAYS_INLINE void blk_q5_1(const char *w, int64_t ib, const char *xa, size_t st, int nc, __m256 *acc, __m128 *accm) {
-    const block_q5_1 *b = (const block_q5_1 *)w + ib;
-    const __m256i q = nibbles32(b->qs);
-    step_min(_mm256_mask_add_epi8(q, qh_mask(b->qh), q, _mm256_set1_epi8(16)), b->d, b->m, xa, st, ib,
-             nc, acc, accm);
-}
-
-#define BLOCK_DOT(name, blk, bsz)                                                                        \
-    ALWAYS_INLINE void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
+/* Full groups alternate between two accumulators (two FMA chains in
+ * flight); a partial last group is decoded from a zero-padded copy (zero
+ * scales: it adds exact zeros), so no weight past the row is read. */
+#define BLOCK_DOT(name, wblock, fmt, sh, min) BLOCK_DOT_A(, name, wblock, grp_plain, fmt, sh, min)
+#define BLOCK_DOT_A(attr, name, wblock, grp, fmt, sh, min)                                                    \
+    ALWAYS_INLINE attr void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
                                    float *out) {                                                         \
         TERN_CHECK(k % QK == 0);                                                                         \
-        TERN_CHECK(legacy_fp16_lut[0x3c00] == 1.0f); /* legacy_lut_init ran */                          \
-        const int64_t nb = k / QK;                                                                       \
-        __m256 acc0[KERN_MAX_COLS], acc1[KERN_MAX_COLS];                                                 \
-        __m128 accm0[KERN_MAX_COLS], accm1[KERN_MAX_COLS];                                               \
+        const int64_t nb = k / QK, ng = nb / LEGACY_GROUP;                                               \
+        const size_t gb = LEGACY_GROUP * sizeof(wblock);                                                 \
+        __m512 acc[2][KERN_MAX_COLS], accm[2][KERN_MAX_COLS];                                            \
         _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {                                           \
-            acc0[c] = acc1[c] = _mm256_setzero_ps();                                                     \
-            accm0[c] = accm1[c] = _mm_setzero_ps();                                                      \
+            acc[0][c] = acc[1][c] = _mm512_setzero_ps();                                                 \
+            accm[0][c] = accm[1][c] = _mm512_setzero_ps();                                               \
         }                                                                                                \
-        int64_t i = 0;                                                                                   \
-        for (; i + 2 <= nb; i += 2) {                                                                    \
-            prefetch_ahead(w + (size_t)i * (bsz), 2 * (bsz));                                            \
-            blk(w, i, xa, st, nc, acc0, accm0);                                                          \
-            blk(w, i + 1, xa, st, nc, acc1, accm1);                                                      \
+        int64_t gi = 0;                                                                                  \
+        for (; gi + 2 <= ng; gi += 2) {                                                                  \
+            const uint8_t *wp = (const uint8_t *)w + (size_t)gi * gb;                                    \
+            for (size_t b = 0; b < 2 * gb; b += 64) prefetch_ahead((const char *)wp + b, 64);           \
+            const wgroup_t g0 = grp(wp, fmt);                                                                 \
+            grp_cols(&g0, sh, min, xa, st, gi, nc, acc[0], accm[0]);                                     \
+            const wgroup_t g1 = grp(wp + gb, fmt);                                                            \
+            grp_cols(&g1, sh, min, xa, st, gi + 1, nc, acc[1], accm[1]);                                 \
         }                                                                                                \
-        if (i < nb) blk(w, i, xa, st, nc, acc0, accm0);                                                  \
-        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) out[c] =                                    \
-            hsum8(_mm256_add_ps(acc0[c], acc1[c])) + _mm_cvtss_f32(_mm_add_ss(accm0[c], accm1[c]));       \
+        if (gi < ng) {                                                                                   \
+            const wgroup_t g0 = grp((const uint8_t *)w + (size_t)gi * gb, fmt);                               \
+            grp_cols(&g0, sh, min, xa, st, gi, nc, acc[0], accm[0]);                                     \
+            gi++;                                                                                        \
+        }                                                                                                \
+        if (nb % LEGACY_GROUP) {                                                                         \
+            wblock tail[LEGACY_GROUP];                                                                   \
+            memset(tail, 0, sizeof(tail));                                                               \
+            memcpy(tail, w + (size_t)gi * gb, (size_t)(nb % LEGACY_GROUP) * sizeof(wblock));             \
+            const wgroup_t g0 = grp((const uint8_t *)tail, fmt);                                              \
+            grp_cols(&g0, sh, min, xa, st, gi, nc, acc[gi & 1], accm[gi & 1]);                           \
+        }                                                                                                \
+        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {                                           \
+            float r = hsum16(_mm512_add_ps(acc[0][c], acc[1][c]));                                       \
+            if (min) r += hsum16(_mm512_add_ps(accm[0][c], accm[1][c]));                                 \
+            out[c] = r;                                                                                  \
+        }                                                                                                \
     }
 
-BLOCK_DOT(q4_0, blk_q4_0, sizeof(block_q4_0))
-BLOCK_DOT(q4_1, blk_q4_1, sizeof(block_q4_1))
-BLOCK_DOT(q5_0, blk_q5_0, sizeof(block_q5_0))
-BLOCK_DOT(q5_1, blk_q5_1, sizeof(block_q5_1))
-BLOCK_DOT(q8_0, blk_q8_0, sizeof(block_q8_0))
+BLOCK_DOT(q4_0, block_q4_0, FMT_Q4_0, 3, false)
+BLOCK_DOT(q4_1, block_q4_1, FMT_Q4_1, 0, true)
+BLOCK_DOT(q5_0, block_q5_0, FMT_Q5_0, 4, false)
+BLOCK_DOT(q5_1, block_q5_1, FMT_Q5_1, 0, true)
+BLOCK_DOT(q8_0, block_q8_0, FMT_Q8_0, 7, false)
 
 COLS_ENTRY(dot_q4_0_avx512, q4_0_cols)
 COLS_ENTRY(dot_q4_1_avx512, q4_1_cols)
 COLS_ENTRY(dot_q5_0_avx512, q5_0_cols)
 COLS_ENTRY(dot_q5_1_avx512, q5_1_cols)
 COLS_ENTRY(dot_q8_0_avx512, q8_0_cols)
+
+BLOCK_DOT_A(VBMI, q4_0_vbmi, block_q4_0, grp_vbmi, FMT_Q4_0, 3, false)
+BLOCK_DOT_A(VBMI, q4_1_vbmi, block_q4_1, grp_vbmi, FMT_Q4_1, 0, true)
+BLOCK_DOT_A(VBMI, q5_0_vbmi, block_q5_0, grp_vbmi, FMT_Q5_0, 4, false)
+BLOCK_DOT_A(VBMI, q5_1_vbmi, block_q5_1, grp_vbmi, FMT_Q5_1, 0, true)
+BLOCK_DOT_A(VBMI, q8_0_vbmi, block_q8_0, grp_vbmi, FMT_Q8_0, 7, false)
+
+COLS_ENTRY_A(VBMI, dot_q4_0_vbmi, q4_0_vbmi_cols)
+COLS_ENTRY_A(VBMI, dot_q4_1_vbmi, q4_1_vbmi_cols)
+COLS_ENTRY_A(VBMI, dot_q5_0_vbmi, q5_0_vbmi_cols)
+COLS_ENTRY_A(VBMI, dot_q5_1_vbmi, q5_1_vbmi_cols)
+COLS_ENTRY_A(VBMI, dot_q8_0_vbmi, q8_0_vbmi_cols)
 
 /* ---- activation quantizers ------------------------------------------------ */
 
@@ -332,22 +427,36 @@ ALWAYS_INLINE float q8_block(const float *x, int8_t *qs, fp16_t *dout, int *sum)
     return d;
 }
 
+/* Blocks as quant_quantize_row makes them, packed a group at a time by the
+ * reference's packer, so the bytes match the scalar act fn's. */
 static void act_q8_0_avx512(const float *x, void *xa, int64_t k) {
     TERN_CHECK(k % QK == 0);
-    block_q8_0 *y = xa;
-    for (int64_t i = 0; i < k / QK; i++) {
-        int sum;
-        q8_block(x + i * QK, y[i].qs, &y[i].d, &sum);
+    const int64_t nb = k / QK;
+    char *g = xa;
+    for (int64_t i = 0; i < nb; i += LEGACY_GROUP, g += LEGACY_GROUP_BYTES) {
+        const int n = nb - i < LEGACY_GROUP ? (int)(nb - i) : LEGACY_GROUP;
+        block_q8_0 y[LEGACY_GROUP];
+        for (int j = 0; j < n; j++) {
+            int sum;
+            q8_block(x + (i + j) * QK, y[j].qs, &y[j].d, &sum);
+        }
+        legacy_act_pack_group(TYPE_Q8_0, y, n, g);
     }
 }
 
 static void act_q8_1_avx512(const float *x, void *xa, int64_t k) {
     TERN_CHECK(k % QK == 0);
-    block_q8_1 *y = xa;
-    for (int64_t i = 0; i < k / QK; i++) {
-        int sum;
-        const float d = q8_block(x + i * QK, y[i].qs, &y[i].d, &sum);
-        y[i].s = f32_to_fp16((float)sum * d);
+    const int64_t nb = k / QK;
+    char *g = xa;
+    for (int64_t i = 0; i < nb; i += LEGACY_GROUP, g += LEGACY_GROUP_BYTES) {
+        const int n = nb - i < LEGACY_GROUP ? (int)(nb - i) : LEGACY_GROUP;
+        block_q8_1 y[LEGACY_GROUP];
+        for (int j = 0; j < n; j++) {
+            int sum;
+            const float d = q8_block(x + (i + j) * QK, y[j].qs, &y[j].d, &sum);
+            y[j].s = f32_to_fp16((float)sum * d);
+        }
+        legacy_act_pack_group(TYPE_Q8_1, y, n, g);
     }
 }
 
@@ -358,11 +467,22 @@ void legacy_register_float_avx512(kern_table_t t) {
 }
 
 void legacy_register_blocks_avx512(kern_table_t t) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    TERN_CHECK(pthread_once(&once, perm_init) == 0); /* before any kernel is handed out */
     t[TYPE_Q4_0][ISA_AVX512] = (kern_ops_t){dot_q4_0_avx512, act_q8_0_avx512};
     t[TYPE_Q4_1][ISA_AVX512] = (kern_ops_t){dot_q4_1_avx512, act_q8_1_avx512};
     t[TYPE_Q5_0][ISA_AVX512] = (kern_ops_t){dot_q5_0_avx512, act_q8_0_avx512};
     t[TYPE_Q5_1][ISA_AVX512] = (kern_ops_t){dot_q5_1_avx512, act_q8_1_avx512};
     t[TYPE_Q8_0][ISA_AVX512] = (kern_ops_t){dot_q8_0_avx512, act_q8_0_avx512};
+    /* The VBMI variants compute exactly what the plain ones do (only the
+     * quants' load differs), so the choice changes speed, not results. */
+    if (getenv("TERN_NO_VBMI") == NULL && __builtin_cpu_supports("avx512vbmi")) {
+        t[TYPE_Q4_0][ISA_AVX512].dot = dot_q4_0_vbmi;
+        t[TYPE_Q4_1][ISA_AVX512].dot = dot_q4_1_vbmi;
+        t[TYPE_Q5_0][ISA_AVX512].dot = dot_q5_0_vbmi;
+        t[TYPE_Q5_1][ISA_AVX512].dot = dot_q5_1_vbmi;
+        t[TYPE_Q8_0][ISA_AVX512].dot = dot_q8_0_vbmi;
+    }
 }
 
 #endif /* __x86_64__ */

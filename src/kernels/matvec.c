@@ -95,6 +95,7 @@ void kern_thread_release(void) {
 
 typedef struct {
     kern_dot_fn dot;
+    kern_rows_fn rows; /* NULL: the format has no multi-row kernel */
     int64_t k;
     size_t row_bytes;
     const char *w;
@@ -135,8 +136,22 @@ static int mv_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
         const int64_t len = r1 - r0;
         const int s_n = len >= (int64_t)MV_STREAMS * 4 ? MV_STREAMS : 1;
         const int64_t q = len / s_n;
-        for (int64_t i = 0; i < q; i++)
-            for (int s = 0; s < s_n; s++) mv_row(j, j->xa, nc, yc, r0 + s * q + i);
+        if (j->rows && s_n > 1 && nc <= 2) {
+            /* The format reads several rows in lockstep: one call serves
+             * one row of each stream. */
+            _Static_assert(MV_STREAMS <= KERN_MAX_ROWS, "streams fit one rows call");
+            const void *wp[MV_STREAMS];
+            float out[MV_STREAMS * 2];
+            for (int64_t i = 0; i < q; i++) {
+                for (int s = 0; s < s_n; s++) wp[s] = j->w + (size_t)(r0 + s * q + i) * j->row_bytes;
+                j->rows(j->k, wp, s_n, j->xa, j->xa_stride, nc, out);
+                for (int s = 0; s < s_n; s++)
+                    for (int c = 0; c < nc; c++) yc[c][r0 + s * q + i] = out[s * nc + c];
+            }
+        } else {
+            for (int64_t i = 0; i < q; i++)
+                for (int s = 0; s < s_n; s++) mv_row(j, j->xa, nc, yc, r0 + s * q + i);
+        }
         for (int64_t r = r0 + s_n * q; r < r1; r++) mv_row(j, j->xa, nc, yc, r);
         return 0;
     }
@@ -315,6 +330,7 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
         if (m->rows == 0) continue;
         mv_job_t *j = &jobs[nr];
         *j = (mv_job_t){.dot = ops[i]->dot,
+                        .rows = kern_rows(m->type, isa),
                         .k = k,
                         .row_bytes = m->row_bytes,
                         .w = m->data,
