@@ -83,44 +83,7 @@ static bool pair_before(const pair_t *a, const pair_t *b) {
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
 }
 
-typedef struct {
-    pair_t *v;
-    size_t n, cap;
-} heap_t;
-
-static int heap_push(heap_t *h, pair_t p) {
-    if (h->n == h->cap) {
-        size_t nc = h->cap ? h->cap * 2 : 64;
-        pair_t *v = realloc(h->v, nc * sizeof *v);
-        if (!v) return TERN_ENOMEM;
-        h->v = v;
-        h->cap = nc;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!pair_before(&p, &h->v[up])) break;
-        h->v[i] = h->v[up];
-        i = up;
-    }
-    h->v[i] = p;
-    return 0;
-}
-
-static pair_t heap_pop(heap_t *h) {
-    pair_t top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && pair_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!pair_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
+TOK_DEFINE_HEAP(heap, pair_t, pair_before)
 
 typedef struct {
     int32_t *id, *prev, *next;

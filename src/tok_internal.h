@@ -153,4 +153,46 @@ int tok_cp_to_byte(uint32_t cp); /* -1 if cp is not in the map */
  * short by n). */
 size_t tok_utf8_len(const unsigned char *s, size_t n);
 
+/* A binary min-heap over elements of TYPE ordered by BEFORE(a, b) (true
+ * when a pops first), growing by doubling: the merge queue of both the SPM
+ * and the BPE encoder. Defines NAME##_t with NAME##_push (0 or TERN_ENOMEM)
+ * and NAME##_pop (the heap must not be empty); free .v when done. */
+#define TOK_DEFINE_HEAP(NAME, TYPE, BEFORE)                                   \
+    typedef struct {                                                          \
+        TYPE *v;                                                              \
+        size_t n, cap;                                                        \
+    } NAME##_t;                                                               \
+    static int NAME##_push(NAME##_t *h, TYPE p) {                             \
+        if (h->n == h->cap) {                                                 \
+            size_t nc = h->cap ? h->cap * 2 : 64;                             \
+            TYPE *v = realloc(h->v, nc * sizeof *v);                          \
+            if (!v) return TERN_ENOMEM;                                       \
+            h->v = v;                                                         \
+            h->cap = nc;                                                      \
+        }                                                                     \
+        size_t i = h->n++;                                                    \
+        while (i > 0) {                                                       \
+            size_t up = (i - 1) / 2;                                          \
+            if (!BEFORE(&p, &h->v[up])) break;                                \
+            h->v[i] = h->v[up];                                               \
+            i = up;                                                           \
+        }                                                                     \
+        h->v[i] = p;                                                          \
+        return 0;                                                             \
+    }                                                                         \
+    static TYPE NAME##_pop(NAME##_t *h) {                                     \
+        TYPE top = h->v[0], last = h->v[--h->n];                              \
+        size_t i = 0;                                                         \
+        for (;;) {                                                            \
+            size_t c = 2 * i + 1;                                             \
+            if (c >= h->n) break;                                             \
+            if (c + 1 < h->n && BEFORE(&h->v[c + 1], &h->v[c])) c++;          \
+            if (!BEFORE(&h->v[c], &last)) break;                              \
+            h->v[i] = h->v[c];                                                \
+            i = c;                                                            \
+        }                                                                     \
+        if (h->n) h->v[i] = last;                                             \
+        return top;                                                           \
+    }
+
 #endif

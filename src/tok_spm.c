@@ -33,44 +33,7 @@ static bool bigram_before(const bigram_t *a, const bigram_t *b) {
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-typedef struct {
-    bigram_t *v;
-    size_t n, cap;
-} bheap_t;
-
-static int bheap_push(bheap_t *h, bigram_t p) {
-    if (h->n == h->cap) {
-        size_t nc = h->cap ? h->cap * 2 : 64;
-        bigram_t *v = realloc(h->v, nc * sizeof *v);
-        if (!v) return TERN_ENOMEM;
-        h->v = v;
-        h->cap = nc;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (!bigram_before(&p, &h->v[up])) break;
-        h->v[i] = h->v[up];
-        i = up;
-    }
-    h->v[i] = p;
-    return 0;
-}
-
-static bigram_t bheap_pop(bheap_t *h) {
-    bigram_t top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && bigram_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!bigram_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
+TOK_DEFINE_HEAP(bheap, bigram_t, bigram_before)
 
 typedef struct {
     const tokenizer_t *t;
