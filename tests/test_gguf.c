@@ -450,6 +450,46 @@ static void test_shared_files(void **state) {
 }
 
 /* stories260K's facts from models/README.md. */
+/* llama.cpp wrote the model files in ../shared/models. Rewriting each through
+ * our writer (same metadata, same tensors, same order) must give the same
+ * bytes: the writer lays out headers, strings, arrays, tensor infos,
+ * alignment and padding exactly as llama.cpp's writer does. */
+static void test_rewrite_llamacpp_files_identical(void **state) {
+    (void)state;
+    static const char *files[] = {"models/stories260K.gguf", "models/stories260K-Q4_K_M.gguf",
+                                  "models/aidreams260K.gguf"};
+    TU_REQUIRE_SHARED(first, files[0]);
+    (void)first;
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        const char *path = tu_shared(files[i]);
+        assert_non_null(path);
+        tern_error_t err = {0};
+        gguf_file_t *f = gguf_open(path, &err);
+        assert_non_null(f);
+        gguf_writer_t *w = gguf_writer_new(gguf_alignment(f));
+        assert_non_null(w);
+        assert_int_equal(gguf_w_copy_kv(w, f, NULL), 0);
+        for (int64_t t = 0; t < gguf_n_tensors(f); t++) {
+            const gguf_tensor_t *ti = gguf_tensor_at(f, t);
+            assert_int_equal(gguf_w_tensor(w, ti->name, ti->type, ti->n_dims, ti->ne, ti->data, ti->size), 0);
+        }
+        char out[64];
+        snprintf(out, sizeof out, "/tmp/tern_rewrite_%d.gguf", (int)getpid());
+        assert_int_equal(gguf_writer_write(w, out, &err), 0);
+        size_t la = 0, lb = 0;
+        char *a = tu_read_file(path, &la), *b = tu_read_file(out, &lb);
+        assert_non_null(a);
+        assert_non_null(b);
+        assert_int_equal(la, lb);
+        assert_memory_equal(a, b, la);
+        free(a);
+        free(b);
+        unlink(out);
+        gguf_writer_free(w);
+        gguf_close(f);
+    }
+}
+
 static void test_stories_facts(void **state) {
     (void)state;
     TU_REQUIRE_SHARED(path, "models/stories260K.gguf");
@@ -938,6 +978,7 @@ int main(void) {
         cmocka_unit_test(test_stories_facts),       cmocka_unit_test(test_hostile_table),
         cmocka_unit_test(test_truncation_everywhere), cmocka_unit_test(test_random_corruption),
         cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_rewrite_llamacpp_files_identical),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
