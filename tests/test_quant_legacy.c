@@ -696,6 +696,77 @@ static void test_dot_multicol_bitexact(void **state) {
     }
 }
 
+/* ---- multi-row == one row, bit for bit ----------------------------------- */
+
+/* The rows function found for each table entry: 1..KERN_MAX_ROWS rows (each
+ * its own weights at its own address) x 1..3 columns (3: the row-by-row
+ * path) against the entry's dot on each row alone. */
+static void check_rows_table(kern_table_t tab, const char *what, uint64_t *seed) {
+    enum { MAXC = 3 };
+    for (int t = 0; t < N_WEIGHT_TYPES; t++) {
+        const int type = k_weight_types[t];
+        const int64_t fks[] = {1, 17, 64, 65, 1001, 4099};
+        const int64_t bks[] = {32, 96, 32 * 5, 32 * 37, 4096, 32 * 130};
+        for (int ki = 0; ki < 6; ki++) {
+            const int64_t k = is_float_type(type) ? fks[ki] : bks[ki];
+            for (int isa = 0; isa < ISA_COUNT; isa++) {
+                if (!tab[type][isa].dot || !isa_usable((kern_isa_t)isa)) continue;
+                const kern_rows_fn rows = legacy_rows_for(tab[type][isa].dot);
+                if (!rows) continue;
+                dotcase_t dc[KERN_MAX_ROWS];
+                const void *w[KERN_MAX_ROWS];
+                for (int r = 0; r < KERN_MAX_ROWS; r++) {
+                    dc_init(&dc[r], type, k, MAXC);
+                    dc_weights_gauss(&dc[r], seed);
+                    w[r] = dc[r].w;
+                }
+                dc_acts_gauss(&dc[0], MAXC, (kern_isa_t)isa, seed);
+                for (int nr = 1; nr <= KERN_MAX_ROWS; nr++) {
+                    for (int nc = 1; nc <= MAXC; nc++) {
+                        float one[KERN_MAX_ROWS * MAXC], many[KERN_MAX_ROWS * MAXC];
+                        for (int r = 0; r < nr; r++) tab[type][isa].dot(k, w[r], dc[0].a, dc[0].ast, nc, one + r * nc);
+                        memset(many, 0xff, sizeof(many));
+                        rows(k, w, nr, dc[0].a, dc[0].ast, nc, many);
+                        if (memcmp(many, one, (size_t)(nr * nc) * sizeof(float)) != 0)
+                            print_error("%s %s %s k=%lld: %d rows x %d columns differ from one-row calls\n", what,
+                                        quant_name(type), k_isa_names[isa], (long long)k, nr, nc);
+                        assert_memory_equal(many, one, (size_t)(nr * nc) * sizeof(float));
+                    }
+                }
+                for (int r = 0; r < KERN_MAX_ROWS; r++) dc_free(&dc[r]);
+            }
+        }
+    }
+}
+
+static void test_dot_rows_bitexact(void **state) {
+    (void)state;
+    uint64_t seed = 909;
+    check_rows_table(g_tab, "table", &seed);
+#if defined(__x86_64__)
+    /* The non-VBMI block kernels have their own rows functions. */
+    static kern_table_t plain;
+    setenv("TERN_NO_VBMI", "1", 1);
+    kern_register_float(plain);
+    kern_register_legacy(plain);
+    unsetenv("TERN_NO_VBMI");
+    check_rows_table(plain, "no-VBMI", &seed);
+    /* Where AVX2 / AVX-512 run, every format has a rows kernel there, and the
+     * dispatcher hands out the one matching its dot. */
+    for (int isa = ISA_AVX2; isa <= ISA_AVX512; isa++) {
+        if (!isa_usable((kern_isa_t)isa)) continue;
+        for (int t = 0; t < N_WEIGHT_TYPES; t++) {
+            const int type = k_weight_types[t];
+            assert_non_null(legacy_rows_for(g_tab[type][isa].dot));
+            assert_true(kern_rows(type, (kern_isa_t)isa) == legacy_rows_for(kern_ops(type, (kern_isa_t)isa)->dot));
+        }
+    }
+#endif
+    /* The scalar dots have none (the rows API is for memory parallelism). */
+    for (int t = 0; t < N_WEIGHT_TYPES; t++) assert_null(legacy_rows_for(g_tab[k_weight_types[t]][ISA_SCALAR].dot));
+    assert_null(legacy_dot_rows(TYPE_Q4_K, ISA_SCALAR));
+}
+
 /* The AVX-512 block kernels come in two builds, with and without
  * AVX512-VBMI (legacy_avx512.c picks at registration; TERN_NO_VBMI turns
  * VBMI off). They differ only in how the quants are loaded, so they must
@@ -787,6 +858,7 @@ int main(void) {
         cmocka_unit_test(test_dot_huge_k),
         cmocka_unit_test(test_dot_multicol_bitexact),
         cmocka_unit_test(test_avx512_vbmi_same),
+        cmocka_unit_test(test_dot_rows_bitexact),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

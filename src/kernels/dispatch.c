@@ -136,6 +136,9 @@ kern_rows_fn kern_rows(int type, kern_isa_t isa) {
     if (!o) return NULL;
     /* The ISA whose entry kern_ops chose, so rows and dot agree bit for bit. */
     for (int i = 0; i < ISA_COUNT; i++)
-        if (&g_table[type][i] == o) return kquant_dot_rows(type, (kern_isa_t)i);
+        if (&g_table[type][i] == o) {
+            kern_rows_fn r = kquant_dot_rows(type, (kern_isa_t)i);
+            return r ? r : legacy_dot_rows(type, (kern_isa_t)i);
+        }
     return NULL;
 }

@@ -76,6 +76,20 @@ void legacy_act_unpack(int act_type, const void *xa, int64_t k, void *blocks);
 /* Pack n <= LEGACY_GROUP blocks into one group (the rest zeroed). */
 void legacy_act_pack_group(int act_type, const void *blocks, int n, void *g);
 
+/* Several rows in one call (kern_rows_fn, kernels.h), for memory-bound
+ * matvecs: reading 2..4 far-apart rows block by block in lockstep keeps
+ * several prefetch streams in flight per core, where one row at a time
+ * leaves bandwidth unused (the K formats' kquant_dot_rows does the same).
+ * Row r's result is bit-identical to the dot's on row r: its accumulators
+ * see the same operations in the same order.
+ * legacy_rows_for: the rows function computing what the dot function `dot`
+ * computes (found by the dot's address, so it follows whichever variant
+ * registration chose: VBMI or not, or another ISA's kernel in a slot);
+ * NULL when dot has none. legacy_dot_rows: that of kern_ops(type, isa)'s
+ * dot; NULL for other types, or without a multi-row kernel. */
+kern_rows_fn legacy_rows_for(kern_dot_fn dot);
+kern_rows_fn legacy_dot_rows(int type, kern_isa_t isa);
+
 #if defined(__x86_64__)
 /* Fill t[type][ISA_AVX2] / t[type][ISA_AVX512] for F32, F16, BF16 ... */
 void legacy_register_float_avx2(kern_table_t t);
@@ -84,6 +98,9 @@ void legacy_register_float_avx512(kern_table_t t);
  * the table's owner decides which ISA may run. */
 void legacy_register_blocks_avx2(kern_table_t t);
 void legacy_register_blocks_avx512(kern_table_t t);
+/* legacy_rows_for's lookups among each file's own kernels. */
+kern_rows_fn legacy_rows_avx2(kern_dot_fn dot);
+kern_rows_fn legacy_rows_avx512(kern_dot_fn dot);
 #endif
 
 #endif

@@ -15,6 +15,8 @@
  * Float formats: eight elements per vector, four accumulators per column,
  * at most two columns per pass over the row; a partial last vector is
  * zero-padded on both sides.
+ * The *_rows kernels (legacy_rows_avx2) run the same per-row work on 2..4
+ * rows in lockstep, for the matvec driver's interleaved streams (legacy.h).
  *
  * Multi-column calls decode the weights once for all columns. The per-column
  * work is written once (always-inline helpers unrolled over a constant column
@@ -151,6 +153,86 @@ FLOAT_DOT(bf16, 2, load8_bf16)
 COLS_ENTRY(dot_f32_avx2, f32_cols, FLOAT_COLS)
 COLS_ENTRY(dot_f16_avx2, f16_cols, FLOAT_COLS)
 COLS_ENTRY(dot_bf16_avx2, bf16_cols, FLOAT_COLS)
+
+/* Several rows in lockstep (legacy_rows_for): row r's accumulators see the
+ * same operations in the same order as in name##_cols, so each row's result
+ * is bit-identical to a one-row call; only the interleaving of the rows'
+ * loads differs, which keeps nr prefetch streams going per core. */
+#define FLOAT_ROWS(name, wsz, load)                                                                      \
+    ALWAYS_INLINE void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
+                                   size_t st, const int nc, float *out) {                                \
+        __m256 acc[KERN_MAX_ROWS * 2][FU];                                                               \
+        _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) for (int u = 0; u < FU; u++) acc[j][u] = \
+            _mm256_setzero_ps();                                                                         \
+        int64_t i = 0;                                                                                   \
+        for (; i + 8 * FU <= k; i += 8 * FU) {                                                           \
+            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
+                const char *w = wr[r];                                                                   \
+                for (int b = 0; b < 8 * FU * (wsz); b += 64) prefetch_ahead(w + i * (wsz) + b, 64);     \
+                _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                   \
+                    const __m256 wv = load(w + (i + 8 * u) * (wsz));                                     \
+                    _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                               \
+                        const float *x = (const float *)(xa + (size_t)c * st) + i + 8 * u;               \
+                        acc[r * nc + c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), acc[r * nc + c][u]); \
+                    }                                                                                    \
+                }                                                                                        \
+            }                                                                                            \
+        }                                                                                                \
+        _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                           \
+            if (i >= k) break;                                                                           \
+            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
+                const char *w = wr[r];                                                                   \
+                if (i + 8 <= k) {                                                                        \
+                    const __m256 wv = load(w + i * (wsz));                                               \
+                    _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                               \
+                        const float *x = (const float *)(xa + (size_t)c * st) + i;                       \
+                        acc[r * nc + c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), acc[r * nc + c][u]); \
+                    }                                                                                    \
+                } else {                                                                                 \
+                    char wt[8 * 4] = {0};                                                                \
+                    memcpy(wt, w + i * (wsz), (size_t)(k - i) * (wsz));                                  \
+                    const __m256 wv = load(wt);                                                          \
+                    _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                               \
+                        float xt[8] = {0};                                                               \
+                        memcpy(xt, (const float *)(xa + (size_t)c * st) + i, (size_t)(k - i) * sizeof(float)); \
+                        acc[r * nc + c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xt), acc[r * nc + c][u]); \
+                    }                                                                                    \
+                }                                                                                        \
+            }                                                                                            \
+            i += 8;                                                                                      \
+        }                                                                                                \
+        _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) out[j] = hsum8(                        \
+            _mm256_add_ps(_mm256_add_ps(acc[j][0], acc[j][1]), _mm256_add_ps(acc[j][2], acc[j][3])));    \
+    }
+
+FLOAT_ROWS(f32, 4, load8_f32)
+FLOAT_ROWS(f16, 2, load8_f16)
+FLOAT_ROWS(bf16, 2, load8_bf16)
+
+/* rows x columns tiles with constant counts (2..4 rows x 1..2 columns);
+ * one row, or more than two columns, go to the dot row by row. */
+#define ROWS_ENTRY(name, body, dot)                                                                      \
+    static void name(int64_t k, const void *const *w, int nr, const void *xa, size_t st, int nc,         \
+                     float *out) {                                                                       \
+        TERN_CHECK(nr >= 1 && nr <= KERN_MAX_ROWS && nc >= 1);                                           \
+        const char *x = xa;                                                                              \
+        if (nr == 1 || nc > 2) {                                                                         \
+            for (int r = 0; r < nr; r++) dot(k, w[r], xa, st, nc, out + (size_t)r * (size_t)nc);         \
+            return;                                                                                      \
+        }                                                                                                \
+        switch (nr * 4 + nc) {                                                                           \
+        case 9: body(k, w, 2, x, st, 1, out); break;                                                     \
+        case 10: body(k, w, 2, x, st, 2, out); break;                                                    \
+        case 13: body(k, w, 3, x, st, 1, out); break;                                                    \
+        case 14: body(k, w, 3, x, st, 2, out); break;                                                    \
+        case 17: body(k, w, 4, x, st, 1, out); break;                                                    \
+        default: body(k, w, 4, x, st, 2, out); break;                                                    \
+        }                                                                                                \
+    }
+
+ROWS_ENTRY(rows_f32_avx2, f32_rows, dot_f32_avx2)
+ROWS_ENTRY(rows_f16_avx2, f16_rows, dot_f16_avx2)
+ROWS_ENTRY(rows_bf16_avx2, bf16_rows, dot_bf16_avx2)
 
 static void act_copy_avx2(const float *x, void *xa, int64_t k) {
     memcpy(xa, x, (size_t)k * sizeof(float));
@@ -333,6 +415,49 @@ COLS_ENTRY(dot_q5_0_avx2, q5_0_cols, KERN_MAX_COLS)
 COLS_ENTRY(dot_q5_1_avx2, q5_1_cols, KERN_MAX_COLS)
 COLS_ENTRY(dot_q8_0_avx2, q8_0_cols, KERN_MAX_COLS)
 
+/* The rows version of BLOCK_DOT: per row the same blocks go into the same
+ * accumulators in the same order (see FLOAT_ROWS). */
+#define BLOCK_ROWS(name, blk, bsz)                                                                       \
+    ALWAYS_INLINE void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
+                                   size_t st, const int nc, float *out) {                                \
+        TERN_CHECK(k % QK == 0);                                                                         \
+        TERN_CHECK(legacy_fp16_lut[0x3c00] == 1.0f); /* legacy_lut_init ran */                          \
+        const int64_t nb = k / QK;                                                                       \
+        __m256 acc0[KERN_MAX_ROWS * 2], acc1[KERN_MAX_ROWS * 2];                                         \
+        __m128 accm0[KERN_MAX_ROWS * 2], accm1[KERN_MAX_ROWS * 2];                                       \
+        _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) {                                      \
+            acc0[j] = acc1[j] = _mm256_setzero_ps();                                                     \
+            accm0[j] = accm1[j] = _mm_setzero_ps();                                                      \
+        }                                                                                                \
+        int64_t i = 0;                                                                                   \
+        for (; i + 2 <= nb; i += 2) {                                                                    \
+            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
+                const char *w = wr[r];                                                                   \
+                prefetch_ahead(w + (size_t)i * (bsz), 2 * (bsz));                                        \
+                blk(w, i, xa, st, nc, acc0 + r * nc, accm0 + r * nc);                                    \
+                blk(w, i + 1, xa, st, nc, acc1 + r * nc, accm1 + r * nc);                                \
+            }                                                                                            \
+        }                                                                                                \
+        if (i < nb) {                                                                                    \
+            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++)                                         \
+                blk((const char *)wr[r], i, xa, st, nc, acc0 + r * nc, accm0 + r * nc);                  \
+        }                                                                                                \
+        _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) out[j] =                               \
+            hsum8(_mm256_add_ps(acc0[j], acc1[j])) + _mm_cvtss_f32(_mm_add_ss(accm0[j], accm1[j]));       \
+    }
+
+BLOCK_ROWS(q4_0, blk_q4_0, sizeof(block_q4_0))
+BLOCK_ROWS(q4_1, blk_q4_1, sizeof(block_q4_1))
+BLOCK_ROWS(q5_0, blk_q5_0, sizeof(block_q5_0))
+BLOCK_ROWS(q5_1, blk_q5_1, sizeof(block_q5_1))
+BLOCK_ROWS(q8_0, blk_q8_0, sizeof(block_q8_0))
+
+ROWS_ENTRY(rows_q4_0_avx2, q4_0_rows, dot_q4_0_avx2)
+ROWS_ENTRY(rows_q4_1_avx2, q4_1_rows, dot_q4_1_avx2)
+ROWS_ENTRY(rows_q5_0_avx2, q5_0_rows, dot_q5_0_avx2)
+ROWS_ENTRY(rows_q5_1_avx2, q5_1_rows, dot_q5_1_avx2)
+ROWS_ENTRY(rows_q8_0_avx2, q8_0_rows, dot_q8_0_avx2)
+
 /* ---- activation quantizers ------------------------------------------------ */
 
 /* roundf (half away from zero) of each lane, exactly: truncate, then step
@@ -427,6 +552,20 @@ void legacy_register_blocks_avx2(kern_table_t t) {
     t[TYPE_Q5_0][ISA_AVX2] = (kern_ops_t){dot_q5_0_avx2, act_q8_0_avx2};
     t[TYPE_Q5_1][ISA_AVX2] = (kern_ops_t){dot_q5_1_avx2, act_q8_1_avx2};
     t[TYPE_Q8_0][ISA_AVX2] = (kern_ops_t){dot_q8_0_avx2, act_q8_0_avx2};
+}
+
+kern_rows_fn legacy_rows_avx2(kern_dot_fn dot) {
+    static const struct {
+        kern_dot_fn dot;
+        kern_rows_fn rows;
+    } pairs[] = {
+        {dot_f32_avx2, rows_f32_avx2},   {dot_f16_avx2, rows_f16_avx2},   {dot_bf16_avx2, rows_bf16_avx2},
+        {dot_q4_0_avx2, rows_q4_0_avx2}, {dot_q4_1_avx2, rows_q4_1_avx2}, {dot_q5_0_avx2, rows_q5_0_avx2},
+        {dot_q5_1_avx2, rows_q5_1_avx2}, {dot_q8_0_avx2, rows_q8_0_avx2},
+    };
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
+        if (pairs[i].dot == dot) return pairs[i].rows;
+    return NULL;
 }
 
 #endif /* __x86_64__ */

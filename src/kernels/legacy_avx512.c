@@ -22,7 +22,9 @@
  *
  * Multi-column calls decode the weights once for all columns; the per-column
  * work is written once and unrolled over a constant column count, so each
- * column's result is bit-identical to a one-column call.
+ * column's result is bit-identical to a one-column call. The *_rows kernels
+ * (legacy_rows_avx512) run the same per-row work on 2..4 rows in lockstep,
+ * for the matvec driver's interleaved streams (legacy.h).
  */
 #if defined(__x86_64__)
 
@@ -144,6 +146,76 @@ FLOAT_DOT(bf16, 2, load16_bf16)
 COLS_ENTRY(dot_f32_avx512, f32_cols)
 COLS_ENTRY(dot_f16_avx512, f16_cols)
 COLS_ENTRY(dot_bf16_avx512, bf16_cols)
+
+/* Several rows in lockstep (legacy_rows_for): row r's accumulators see the
+ * same operations in the same order as in name##_cols, so each row's result
+ * is bit-identical to a one-row call; only the interleaving of the rows'
+ * loads differs, which keeps nr prefetch streams going per core. */
+#define FLOAT_ROWS(name, wsz, load)                                                                      \
+    ALWAYS_INLINE void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
+                                   size_t st, const int nc, float *out) {                                \
+        __m512 acc[KERN_MAX_ROWS * 2][FU];                                                               \
+        _Pragma("GCC unroll 8") for (int i = 0; i < nr * nc; i++) for (int u = 0; u < FU; u++) acc[i][u] = \
+            _mm512_setzero_ps();                                                                         \
+        int64_t i = 0;                                                                                   \
+        for (; i + 16 * FU <= k; i += 16 * FU) {                                                         \
+            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
+                const char *w = wr[r];                                                                   \
+                for (int b = 0; b < 16 * FU * (wsz); b += 64) prefetch_ahead(w + i * (wsz) + b, 64);    \
+                _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                   \
+                    const __m512 wv = load(w + (i + 16 * u) * (wsz), 0xffff);                            \
+                    _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                               \
+                        const float *x = (const float *)(xa + (size_t)c * st) + i + 16 * u;              \
+                        acc[r * nc + c][u] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x), acc[r * nc + c][u]); \
+                    }                                                                                    \
+                }                                                                                        \
+            }                                                                                            \
+        }                                                                                                \
+        _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                           \
+            if (i >= k) break;                                                                           \
+            const __mmask16 m = k - i >= 16 ? 0xffff : (__mmask16)((1u << (k - i)) - 1);                 \
+            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
+                const __m512 wv = load((const char *)wr[r] + i * (wsz), m);                              \
+                _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                                   \
+                    const float *x = (const float *)(xa + (size_t)c * st) + i;                           \
+                    acc[r * nc + c][u] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x), acc[r * nc + c][u]); \
+                }                                                                                        \
+            }                                                                                            \
+            i += 16;                                                                                     \
+        }                                                                                                \
+        _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) out[j] = hsum16(                       \
+            _mm512_add_ps(_mm512_add_ps(acc[j][0], acc[j][1]), _mm512_add_ps(acc[j][2], acc[j][3])));    \
+    }
+
+FLOAT_ROWS(f32, 4, load16_f32)
+FLOAT_ROWS(f16, 2, load16_f16)
+FLOAT_ROWS(bf16, 2, load16_bf16)
+
+/* rows x columns tiles with constant counts (2..4 rows x 1..2 columns);
+ * one row, or more than two columns, go to the dot row by row. */
+#define ROWS_ENTRY(name, body, dot) ROWS_ENTRY_A(, name, body, dot)
+#define ROWS_ENTRY_A(attr, name, body, dot)                                                              \
+    attr static void name(int64_t k, const void *const *w, int nr, const void *xa, size_t st, int nc,    \
+                          float *out) {                                                                  \
+        TERN_CHECK(nr >= 1 && nr <= KERN_MAX_ROWS && nc >= 1);                                           \
+        const char *x = xa;                                                                              \
+        if (nr == 1 || nc > 2) {                                                                         \
+            for (int r = 0; r < nr; r++) dot(k, w[r], xa, st, nc, out + (size_t)r * (size_t)nc);         \
+            return;                                                                                      \
+        }                                                                                                \
+        switch (nr * 4 + nc) {                                                                           \
+        case 9: body(k, w, 2, x, st, 1, out); break;                                                     \
+        case 10: body(k, w, 2, x, st, 2, out); break;                                                    \
+        case 13: body(k, w, 3, x, st, 1, out); break;                                                    \
+        case 14: body(k, w, 3, x, st, 2, out); break;                                                    \
+        case 17: body(k, w, 4, x, st, 1, out); break;                                                    \
+        default: body(k, w, 4, x, st, 2, out); break;                                                    \
+        }                                                                                                \
+    }
+
+ROWS_ENTRY(rows_f32_avx512, f32_rows, dot_f32_avx512)
+ROWS_ENTRY(rows_f16_avx512, f16_rows, dot_f16_avx512)
+ROWS_ENTRY(rows_bf16_avx512, bf16_rows, dot_bf16_avx512)
 
 static void act_copy_avx512(const float *x, void *xa, int64_t k) {
     memcpy(xa, x, (size_t)k * sizeof(float));
@@ -373,6 +445,56 @@ ALWAYS_INLINE void grp_cols(const wgroup_t *g, int sh, bool min, const char *xa,
         }                                                                                                \
     }
 
+/* The rows version of BLOCK_DOT_A: per row the same groups go into the
+ * same accumulators in the same order, so each row's bits are those of a
+ * one-row call (see FLOAT_ROWS). */
+#define BLOCK_ROWS(name, wblock, fmt, sh, min) BLOCK_ROWS_A(, name, wblock, grp_plain, fmt, sh, min)
+#define BLOCK_ROWS_A(attr, name, wblock, grp, fmt, sh, min)                                              \
+    ALWAYS_INLINE attr void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,  \
+                                        size_t st, const int nc, float *out) {                           \
+        TERN_CHECK(k % QK == 0);                                                                         \
+        const int64_t nb = k / QK, ng = nb / LEGACY_GROUP;                                               \
+        const size_t gb = LEGACY_GROUP * sizeof(wblock);                                                 \
+        __m512 acc[2][KERN_MAX_ROWS * 2], accm[2][KERN_MAX_ROWS * 2];                                    \
+        _Pragma("GCC unroll 8") for (int i = 0; i < nr * nc; i++) {                                      \
+            acc[0][i] = acc[1][i] = _mm512_setzero_ps();                                                 \
+            accm[0][i] = accm[1][i] = _mm512_setzero_ps();                                               \
+        }                                                                                                \
+        int64_t gi = 0;                                                                                  \
+        for (; gi + 2 <= ng; gi += 2) {                                                                  \
+            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
+                const uint8_t *wp = (const uint8_t *)wr[r] + (size_t)gi * gb;                            \
+                for (size_t b = 0; b < 2 * gb; b += 64) prefetch_ahead((const char *)wp + b, 64);       \
+                const wgroup_t g0 = grp(wp, fmt);                                                        \
+                grp_cols(&g0, sh, min, xa, st, gi, nc, acc[0] + r * nc, accm[0] + r * nc);               \
+                const wgroup_t g1 = grp(wp + gb, fmt);                                                   \
+                grp_cols(&g1, sh, min, xa, st, gi + 1, nc, acc[1] + r * nc, accm[1] + r * nc);           \
+            }                                                                                            \
+        }                                                                                                \
+        if (gi < ng) {                                                                                   \
+            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
+                const wgroup_t g0 = grp((const uint8_t *)wr[r] + (size_t)gi * gb, fmt);                  \
+                grp_cols(&g0, sh, min, xa, st, gi, nc, acc[0] + r * nc, accm[0] + r * nc);               \
+            }                                                                                            \
+            gi++;                                                                                        \
+        }                                                                                                \
+        if (nb % LEGACY_GROUP) {                                                                         \
+            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
+                wblock tail[LEGACY_GROUP];                                                               \
+                memset(tail, 0, sizeof(tail));                                                           \
+                memcpy(tail, (const char *)wr[r] + (size_t)gi * gb,                                      \
+                       (size_t)(nb % LEGACY_GROUP) * sizeof(wblock));                                    \
+                const wgroup_t g0 = grp((const uint8_t *)tail, fmt);                                     \
+                grp_cols(&g0, sh, min, xa, st, gi, nc, acc[gi & 1] + r * nc, accm[gi & 1] + r * nc);     \
+            }                                                                                            \
+        }                                                                                                \
+        _Pragma("GCC unroll 8") for (int i = 0; i < nr * nc; i++) {                                      \
+            float r = hsum16(_mm512_add_ps(acc[0][i], acc[1][i]));                                       \
+            if (min) r += hsum16(_mm512_add_ps(accm[0][i], accm[1][i]));                                 \
+            out[i] = r;                                                                                  \
+        }                                                                                                \
+    }
+
 BLOCK_DOT(q4_0, block_q4_0, FMT_Q4_0, 3, false)
 BLOCK_DOT(q4_1, block_q4_1, FMT_Q4_1, 0, true)
 BLOCK_DOT(q5_0, block_q5_0, FMT_Q5_0, 4, false)
@@ -396,6 +518,30 @@ COLS_ENTRY_A(VBMI, dot_q4_1_vbmi, q4_1_vbmi_cols)
 COLS_ENTRY_A(VBMI, dot_q5_0_vbmi, q5_0_vbmi_cols)
 COLS_ENTRY_A(VBMI, dot_q5_1_vbmi, q5_1_vbmi_cols)
 COLS_ENTRY_A(VBMI, dot_q8_0_vbmi, q8_0_vbmi_cols)
+
+BLOCK_ROWS(q4_0, block_q4_0, FMT_Q4_0, 3, false)
+BLOCK_ROWS(q4_1, block_q4_1, FMT_Q4_1, 0, true)
+BLOCK_ROWS(q5_0, block_q5_0, FMT_Q5_0, 4, false)
+BLOCK_ROWS(q5_1, block_q5_1, FMT_Q5_1, 0, true)
+BLOCK_ROWS(q8_0, block_q8_0, FMT_Q8_0, 7, false)
+
+ROWS_ENTRY(rows_q4_0_avx512, q4_0_rows, dot_q4_0_avx512)
+ROWS_ENTRY(rows_q4_1_avx512, q4_1_rows, dot_q4_1_avx512)
+ROWS_ENTRY(rows_q5_0_avx512, q5_0_rows, dot_q5_0_avx512)
+ROWS_ENTRY(rows_q5_1_avx512, q5_1_rows, dot_q5_1_avx512)
+ROWS_ENTRY(rows_q8_0_avx512, q8_0_rows, dot_q8_0_avx512)
+
+BLOCK_ROWS_A(VBMI, q4_0_vbmi, block_q4_0, grp_vbmi, FMT_Q4_0, 3, false)
+BLOCK_ROWS_A(VBMI, q4_1_vbmi, block_q4_1, grp_vbmi, FMT_Q4_1, 0, true)
+BLOCK_ROWS_A(VBMI, q5_0_vbmi, block_q5_0, grp_vbmi, FMT_Q5_0, 4, false)
+BLOCK_ROWS_A(VBMI, q5_1_vbmi, block_q5_1, grp_vbmi, FMT_Q5_1, 0, true)
+BLOCK_ROWS_A(VBMI, q8_0_vbmi, block_q8_0, grp_vbmi, FMT_Q8_0, 7, false)
+
+ROWS_ENTRY_A(VBMI, rows_q4_0_vbmi, q4_0_vbmi_rows, dot_q4_0_vbmi)
+ROWS_ENTRY_A(VBMI, rows_q4_1_vbmi, q4_1_vbmi_rows, dot_q4_1_vbmi)
+ROWS_ENTRY_A(VBMI, rows_q5_0_vbmi, q5_0_vbmi_rows, dot_q5_0_vbmi)
+ROWS_ENTRY_A(VBMI, rows_q5_1_vbmi, q5_1_vbmi_rows, dot_q5_1_vbmi)
+ROWS_ENTRY_A(VBMI, rows_q8_0_vbmi, q8_0_vbmi_rows, dot_q8_0_vbmi)
 
 /* ---- activation quantizers ------------------------------------------------ */
 
@@ -483,6 +629,24 @@ void legacy_register_blocks_avx512(kern_table_t t) {
         t[TYPE_Q5_1][ISA_AVX512].dot = dot_q5_1_vbmi;
         t[TYPE_Q8_0][ISA_AVX512].dot = dot_q8_0_vbmi;
     }
+}
+
+kern_rows_fn legacy_rows_avx512(kern_dot_fn dot) {
+    static const struct {
+        kern_dot_fn dot;
+        kern_rows_fn rows;
+    } pairs[] = {
+        {dot_f32_avx512, rows_f32_avx512},   {dot_f16_avx512, rows_f16_avx512},
+        {dot_bf16_avx512, rows_bf16_avx512}, {dot_q4_0_avx512, rows_q4_0_avx512},
+        {dot_q4_1_avx512, rows_q4_1_avx512}, {dot_q5_0_avx512, rows_q5_0_avx512},
+        {dot_q5_1_avx512, rows_q5_1_avx512}, {dot_q8_0_avx512, rows_q8_0_avx512},
+        {dot_q4_0_vbmi, rows_q4_0_vbmi},     {dot_q4_1_vbmi, rows_q4_1_vbmi},
+        {dot_q5_0_vbmi, rows_q5_0_vbmi},     {dot_q5_1_vbmi, rows_q5_1_vbmi},
+        {dot_q8_0_vbmi, rows_q8_0_vbmi},
+    };
+    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
+        if (pairs[i].dot == dot) return pairs[i].rows;
+    return NULL;
 }
 
 #endif /* __x86_64__ */

@@ -294,6 +294,30 @@ static void act_q8_1_ref(const float *x, void *xa, int64_t k) {
     act_ref(TYPE_Q8_1, x, xa, k);
 }
 
+/* ---- multi-row lookup ---------------------------------------------------- */
+
+/* The scalar dots have no rows version: the rows API is about memory
+ * parallelism, which the scalar kernels are too slow to need. */
+kern_rows_fn legacy_rows_for(kern_dot_fn dot) {
+    if (!dot) return NULL;
+#if defined(__x86_64__)
+    kern_rows_fn r = legacy_rows_avx512(dot);
+    return r ? r : legacy_rows_avx2(dot);
+#else
+    return NULL;
+#endif
+}
+
+kern_rows_fn legacy_dot_rows(int type, kern_isa_t isa) {
+    switch (type) {
+    case TYPE_F32: case TYPE_F16: case TYPE_BF16: case TYPE_Q4_0: case TYPE_Q4_1:
+    case TYPE_Q5_0: case TYPE_Q5_1: case TYPE_Q8_0: break;
+    default: return NULL;
+    }
+    const kern_ops_t *o = kern_ops(type, isa);
+    return o ? legacy_rows_for(o->dot) : NULL;
+}
+
 /* ---- registration ------------------------------------------------------- */
 
 
