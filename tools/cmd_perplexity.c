@@ -42,11 +42,8 @@ int cmd_perplexity(int argc, char **argv) {
     struct timespec ts_start;
     clock_gettime(CLOCK_MONOTONIC, &ts_start);
     tern_error_t err = {0};
-    tern_model_t *m = tern_model_load(o.model, &err);
-    if (!m) {
-        fprintf(stderr, "tern: %s\n", err.msg);
-        return 1;
-    }
+    tern_model_t *m = run_load_model(o.model);
+    if (!m) return 1;
     int rc = 1;
     char *text = NULL;
     int32_t *toks = NULL;

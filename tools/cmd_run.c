@@ -99,11 +99,8 @@ int cmd_run(int argc, char **argv) {
     if (prc) return prc == 1 ? 0 : 2;
     double t0 = now_ms();
     tern_error_t err = {0};
-    tern_model_t *m = tern_model_load(o.model, &err);
-    if (!m) {
-        fprintf(stderr, "tern: %s\n", err.msg);
-        return 1;
-    }
+    tern_model_t *m = run_load_model(o.model);
+    if (!m) return 1;
     int rc = 1;
     tern_context_t *c = NULL;
     tern_sampler_t *s = NULL;
@@ -243,11 +240,8 @@ int cmd_chat(int argc, char **argv) {
     if (prc) return prc == 1 ? 0 : 2;
     double t0 = now_ms();
     tern_error_t err = {0};
-    tern_model_t *m = tern_model_load(o.model, &err);
-    if (!m) {
-        fprintf(stderr, "tern: %s\n", err.msg);
-        return 1;
-    }
+    tern_model_t *m = run_load_model(o.model);
+    if (!m) return 1;
     int rc = 1;
     tern_context_t *c = NULL;
     tern_sampler_t *s = NULL;

@@ -274,3 +274,10 @@ void run_print_timings(const tern_model_t *m, const tern_context_t *c, const run
 #undef PCT
     }
 }
+
+tern_model_t *run_load_model(const char *path) {
+    tern_error_t err = {0};
+    tern_model_t *m = tern_model_load(path, &err);
+    if (!m) fprintf(stderr, "tern: %s\n", err.msg);
+    return m;
+}

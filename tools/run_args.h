@@ -32,6 +32,9 @@ typedef struct {
  * 2 on a bad option (message printed). */
 int run_opts_parse(run_opts_t *o, int argc, char **argv, const char *cmd);
 
+/* Load a model, printing the error on stderr when it fails (NULL then). */
+tern_model_t *run_load_model(const char *path);
+
 /* Read a whole file into a malloc'd NUL-terminated buffer; NULL with a
  * message on stderr. */
 char *run_read_file(const char *path, size_t *len);
