@@ -34,9 +34,51 @@ typedef void (*kern_dot_fn)(int64_t k, const void *w, const void *xa, size_t xa_
  * activation type (Q8_0, Q8_1, Q8_K, or a plain copy for float formats). */
 typedef void (*kern_act_fn)(const float *x, void *xa, int64_t k);
 
+/* Optional fast GEMM of a (type, isa), used by kern_gemm / kern_gemm_multi
+ * for n >= KERN_GEMM_MIN_COLS columns (fewer go through the dot fn in tiles
+ * of KERN_MAX_COLS columns).
+ *
+ * Contract: y[c * ldy + r] = dot(row r, column c), BIT-IDENTICAL to the same
+ * entry's dot fn (and so to kern_matvec) for every row and column, whatever
+ * n, nrows or the tiling inside run. A format whose GEMM cannot promise that
+ * must not register one.
+ *
+ * The columns arrive as the entry's act fn wrote them (column c at xa + c *
+ * xa_stride). Where run wants another layout (e.g. 16 columns interleaved so
+ * that one vector holds the same k-slice of every column), prep lays out one
+ * group of up to KERN_GEMM_GROUP columns at a time into group_size(k) bytes;
+ * the driver runs it once per call for every group (in parallel), before
+ * any run. Lanes past the last column of a partial group must be written
+ * (zeros are fine): run may compute on them, it never stores them. */
+#define KERN_GEMM_GROUP 16
+#define KERN_GEMM_MIN_COLS (KERN_MAX_COLS + 1)
+typedef struct {
+    int64_t k, n;           /* row length; columns */
+    const void *xa;         /* act rows: column c at (const char *)xa + c * xa_stride */
+    size_t xa_stride;
+    const void *xg;         /* prep's groups: group g at (const char *)xg + g * xg_group; NULL without prep */
+    size_t xg_group;
+} kern_gemm_args_t;
+typedef struct {
+    /* NULL: run reads the act rows. Else: bytes of one group (0 on overflow
+     * or a bad k), and the function that fills one group from ncols (1..16)
+     * act rows starting at column 16g. */
+    size_t (*group_size)(int64_t k);
+    void (*prep)(int64_t k, const void *xa, size_t xa_stride, int ncols, void *xg);
+    /* Bytes of 64-aligned per-thread scratch run needs (NULL: none). The
+     * driver keeps one grow-only scratch per thread (no allocation once it
+     * is large enough). */
+    size_t (*scratch_size)(int64_t k);
+    /* Rows 0..nrows-1 of w (row r at (const char *)w + r * row_bytes), all
+     * a->n columns: y[c * ldy + r]. */
+    void (*run)(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y, int64_t ldy,
+                void *scratch);
+} kern_gemm_t;
+
 typedef struct {
     kern_dot_fn dot;  /* NULL: not available for this (type, isa) */
     kern_act_fn act;
+    const kern_gemm_t *gemm; /* NULL: GEMM goes through dot */
 } kern_ops_t;
 
 /* The table, filled once by the per-family register functions below:

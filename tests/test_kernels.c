@@ -387,6 +387,70 @@ static void test_odd_shapes(void **state) {
     kern_isa_set(prev);
 }
 
+/* GEMM against matvec over the shapes that stress a format's own GEMM
+ * (kern_gemm_t): column counts around the 16-column groups (5 = the first
+ * count that reaches it, 16, 17, 40), rows that are not a multiple of any
+ * panel, rows whose length is not a multiple of any k-step (the 32-block
+ * formats: 5 blocks), padded strides (ldx > k, ldy > rows), a zero column
+ * and a column of large values. Every column must equal kern_matvec of it
+ * bit for bit, at 1 and 3 threads. */
+static void test_gemm_vs_matvec(void **state) {
+    (void)state;
+    int types[TYPE_COUNT];
+    int nt = weight_types(types);
+    kern_isa_t is[ISA_COUNT];
+    int ni = isas(is);
+    kern_isa_t prev = kern_isa_active();
+    tern_error_t err = {0};
+    const int64_t ns[] = {5, 16, 17, 40};
+    for (int ti = 0; ti < nt; ti++) {
+        const int type = types[ti];
+        const int64_t blck = quant_traits(type)->blck;
+        const int64_t big = blck >= 256 ? 3 * blck : 1152; /* 1152 = 36 blocks of 32 */
+        const int64_t shapes[][2] = {{3, blck}, {21, 5 * blck}, {50, big}};
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const int64_t rows = shapes[s][0], k = shapes[s][1];
+            const int64_t ldx = k + 3, ldy = rows + 5, nmax = 40;
+            tmat_t a;
+            tmat_make(&a, type, rows, k);
+            float *x = malloc(sizeof(float) * (size_t)(ldx * nmax));
+            float *g = malloc(sizeof(float) * (size_t)(ldy * nmax));
+            float *y = malloc(sizeof(float) * (size_t)rows);
+            assert_non_null(x);
+            assert_non_null(g);
+            assert_non_null(y);
+            randn(x, ldx * nmax, 1.0f);
+            memset(x + 2 * ldx, 0, sizeof(float) * (size_t)k);          /* column 2: zeros */
+            for (int64_t i = 0; i < k; i++) x[3 * ldx + i] *= 3000.0f; /* column 3: large */
+            for (int ii = 0; ii < ni; ii++) {
+                kern_isa_set(is[ii]);
+                for (size_t nn = 0; nn < sizeof ns / sizeof ns[0]; nn++) {
+                    const int64_t n = ns[nn];
+                    if (tu_quick() && nn == 1) continue;
+                    for (int th = 1; th <= 3; th += 2) {
+                        for (int64_t i = 0; i < ldy * n; i++) g[i] = -7.0f; /* padding must survive */
+                        check_ok(kern_gemm(g_pools[th], &a.m, n, x, ldx, g, ldy, &err), &err, "gemm");
+                        for (int64_t j = 0; j < n; j++) {
+                            check_ok(kern_matvec(g_pools[1], &a.m, x + j * ldx, y, &err), &err, "matvec");
+                            char what[96];
+                            snprintf(what, sizeof what, "gemm %lldx%lld n=%lld column %lld vs matvec",
+                                     (long long)rows, (long long)k, (long long)n, (long long)j);
+                            assert_bits_equal(y, g + j * ldy, rows, what, type, is[ii], th);
+                            for (int64_t r = rows; r < ldy; r++)
+                                if (g[j * ldy + r] != -7.0f)
+                                    fail_msg("%s: gemm wrote past its rows (%s/%s, n=%lld)", quant_name(type),
+                                             kern_isa_name(is[ii]), what, (long long)n);
+                        }
+                    }
+                }
+            }
+            free(x), free(g), free(y);
+            tmat_free(&a);
+        }
+    }
+    kern_isa_set(prev);
+}
+
 /* Row strides larger than a row (a view into a wider buffer) work; rows of
  * zero produce nothing and touch nothing. */
 static void test_row_stride_and_empty(void **state) {
@@ -736,6 +800,7 @@ int main(void) {
         cmocka_unit_test(test_matvec_family_threads),
         cmocka_unit_test(test_isa_vs_scalar),
         cmocka_unit_test(test_odd_shapes),
+        cmocka_unit_test(test_gemm_vs_matvec),
         cmocka_unit_test(test_row_stride_and_empty),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_attention),

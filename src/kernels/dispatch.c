@@ -33,7 +33,7 @@ static void table_fill(void) {
      * here rather than trusting every register function to check. */
     kern_isa_t best = kern_isa_best();
     for (int t = 0; t < TYPE_COUNT; t++)
-        for (int i = (int)best + 1; i < ISA_COUNT; i++) g_table[t][i] = (kern_ops_t){NULL, NULL};
+        for (int i = (int)best + 1; i < ISA_COUNT; i++) g_table[t][i] = (kern_ops_t){NULL, NULL, NULL};
 }
 
 static const char *const g_isa_names[ISA_COUNT] = {"scalar", "avx2", "avx512", "neon"};

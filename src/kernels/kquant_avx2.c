@@ -245,9 +245,9 @@ static void act_q8_K_avx2(const float *x, void *xav, int64_t k) {
 }
 
 void kquant_register_avx2(kern_table_t t) {
-    t[TYPE_Q4_K][ISA_AVX2] = (kern_ops_t){dot_q4_K_avx2, act_q8_K_avx2};
-    t[TYPE_Q5_K][ISA_AVX2] = (kern_ops_t){dot_q5_K_avx2, act_q8_K_avx2};
-    t[TYPE_Q6_K][ISA_AVX2] = (kern_ops_t){dot_q6_K_avx2, act_q8_K_avx2};
+    t[TYPE_Q4_K][ISA_AVX2] = (kern_ops_t){dot_q4_K_avx2, act_q8_K_avx2, NULL};
+    t[TYPE_Q5_K][ISA_AVX2] = (kern_ops_t){dot_q5_K_avx2, act_q8_K_avx2, NULL};
+    t[TYPE_Q6_K][ISA_AVX2] = (kern_ops_t){dot_q6_K_avx2, act_q8_K_avx2, NULL};
 }
 
 kquant_dot_rows_fn kquant_rows_avx2(int type) {

@@ -278,9 +278,9 @@ static void act_q8_K_avx512(const float *x, void *xav, int64_t k) {
 }
 
 void kquant_register_avx512(kern_table_t t) {
-    t[TYPE_Q4_K][ISA_AVX512] = (kern_ops_t){dot_q4_K_avx512, act_q8_K_avx512};
-    t[TYPE_Q5_K][ISA_AVX512] = (kern_ops_t){dot_q5_K_avx512, act_q8_K_avx512};
-    t[TYPE_Q6_K][ISA_AVX512] = (kern_ops_t){dot_q6_K_avx512, act_q8_K_avx512};
+    t[TYPE_Q4_K][ISA_AVX512] = (kern_ops_t){dot_q4_K_avx512, act_q8_K_avx512, NULL};
+    t[TYPE_Q5_K][ISA_AVX512] = (kern_ops_t){dot_q5_K_avx512, act_q8_K_avx512, NULL};
+    t[TYPE_Q6_K][ISA_AVX512] = (kern_ops_t){dot_q6_K_avx512, act_q8_K_avx512, NULL};
 }
 
 kquant_dot_rows_fn kquant_rows_avx512(int type) {

@@ -166,9 +166,9 @@ kquant_dot_rows_fn kquant_dot_rows(int type, kern_isa_t isa) {
 }
 
 void kern_register_kquant(kern_table_t t) {
-    t[TYPE_Q4_K][ISA_SCALAR] = (kern_ops_t){dot_q4_K_ref, act_q8_K_ref};
-    t[TYPE_Q5_K][ISA_SCALAR] = (kern_ops_t){dot_q5_K_ref, act_q8_K_ref};
-    t[TYPE_Q6_K][ISA_SCALAR] = (kern_ops_t){dot_q6_K_ref, act_q8_K_ref};
+    t[TYPE_Q4_K][ISA_SCALAR] = (kern_ops_t){dot_q4_K_ref, act_q8_K_ref, NULL};
+    t[TYPE_Q5_K][ISA_SCALAR] = (kern_ops_t){dot_q5_K_ref, act_q8_K_ref, NULL};
+    t[TYPE_Q6_K][ISA_SCALAR] = (kern_ops_t){dot_q6_K_ref, act_q8_K_ref, NULL};
 #if defined(__x86_64__)
     kquant_register_avx2(t);
     kquant_register_avx512(t);

@@ -541,17 +541,17 @@ static void act_q8_1_avx2(const float *x, void *xa, int64_t k) {
 }
 
 void legacy_register_float_avx2(kern_table_t t) {
-    t[TYPE_F32][ISA_AVX2] = (kern_ops_t){dot_f32_avx2, act_copy_avx2};
-    t[TYPE_F16][ISA_AVX2] = (kern_ops_t){dot_f16_avx2, act_copy_avx2};
-    t[TYPE_BF16][ISA_AVX2] = (kern_ops_t){dot_bf16_avx2, act_copy_avx2};
+    t[TYPE_F32][ISA_AVX2] = (kern_ops_t){dot_f32_avx2, act_copy_avx2, NULL};
+    t[TYPE_F16][ISA_AVX2] = (kern_ops_t){dot_f16_avx2, act_copy_avx2, NULL};
+    t[TYPE_BF16][ISA_AVX2] = (kern_ops_t){dot_bf16_avx2, act_copy_avx2, NULL};
 }
 
 void legacy_register_blocks_avx2(kern_table_t t) {
-    t[TYPE_Q4_0][ISA_AVX2] = (kern_ops_t){dot_q4_0_avx2, act_q8_0_avx2};
-    t[TYPE_Q4_1][ISA_AVX2] = (kern_ops_t){dot_q4_1_avx2, act_q8_1_avx2};
-    t[TYPE_Q5_0][ISA_AVX2] = (kern_ops_t){dot_q5_0_avx2, act_q8_0_avx2};
-    t[TYPE_Q5_1][ISA_AVX2] = (kern_ops_t){dot_q5_1_avx2, act_q8_1_avx2};
-    t[TYPE_Q8_0][ISA_AVX2] = (kern_ops_t){dot_q8_0_avx2, act_q8_0_avx2};
+    t[TYPE_Q4_0][ISA_AVX2] = (kern_ops_t){dot_q4_0_avx2, act_q8_0_avx2, NULL};
+    t[TYPE_Q4_1][ISA_AVX2] = (kern_ops_t){dot_q4_1_avx2, act_q8_1_avx2, NULL};
+    t[TYPE_Q5_0][ISA_AVX2] = (kern_ops_t){dot_q5_0_avx2, act_q8_0_avx2, NULL};
+    t[TYPE_Q5_1][ISA_AVX2] = (kern_ops_t){dot_q5_1_avx2, act_q8_1_avx2, NULL};
+    t[TYPE_Q8_0][ISA_AVX2] = (kern_ops_t){dot_q8_0_avx2, act_q8_0_avx2, NULL};
 }
 
 kern_rows_fn legacy_rows_avx2(kern_dot_fn dot) {

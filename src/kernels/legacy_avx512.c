@@ -36,190 +36,9 @@
 #include <string.h>
 
 #include "common.h"
+#include "avx512_util.h"
 #include "legacy.h"
 
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* Fixed order: upper 256 bits onto lower, then as hsum8. */
-static inline float hsum16(__m512 v) {
-    const __m256 lo = _mm512_castps512_ps256(v);
-    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    return hsum8(_mm256_add_ps(lo, hi));
-}
-
-/* Software prefetch distance for the weight stream. Decode is memory-bound,
- * and the block kernels spend enough ALU work per cache line that the
- * out-of-order window alone keeps too few lines in flight: a prefetch a few
- * KB ahead (past the row's end into the next row, which the drivers visit
- * next) took Q8_0 / Q4_0 single-thread matvec over a 1 GB matrix from about
- * half of a plain read loop's bandwidth to about 85% on the development
- * machine. Prefetches never fault, so reading past the matrix is harmless. */
-#define PF_DIST 4096
-
-/* Prefetch the lines PF_DIST bytes past the n bytes at p (the weights one
- * loop iteration consumes; n <= 128, a constant), so that every line of the
- * stream is asked for once or twice. */
-ALWAYS_INLINE void prefetch_ahead(const char *p, size_t n) {
-    /* Address arithmetic in integers: the target may lie past the object. */
-    const uintptr_t a = (uintptr_t)p + PF_DIST;
-    _mm_prefetch((const char *)a, _MM_HINT_T0);
-    if (n > 64) _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
-}
-
-/* ---- float formats ------------------------------------------------------ */
-
-enum { FU = 4 }; /* accumulators per column */
-
-ALWAYS_INLINE __m512 load16_f32(const void *p, __mmask16 m) {
-    return _mm512_maskz_loadu_ps(m, p);
-}
-ALWAYS_INLINE __m512 load16_f16(const void *p, __mmask16 m) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
-}
-ALWAYS_INLINE __m512 load16_bf16(const void *p, __mmask16 m) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
-}
-
-/* Full vectors use an all-ones mask (a plain load once compiled); the ragged
- * end of the row continues the accumulator rotation where it stopped. */
-#define FLOAT_DOT(name, wsz, load)                                                                       \
-    ALWAYS_INLINE void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
-                                   float *out) {                                                         \
-        __m512 acc[KERN_MAX_COLS][FU];                                                                   \
-        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) for (int u = 0; u < FU; u++) acc[c][u] =     \
-            _mm512_setzero_ps();                                                                         \
-        int64_t i = 0;                                                                                   \
-        for (; i + 16 * FU <= k; i += 16 * FU) {                                                         \
-            for (int b = 0; b < 16 * FU * (wsz); b += 64) prefetch_ahead(w + i * (wsz) + b, 64);        \
-            _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                       \
-                const __m512 wv = load(w + (i + 16 * u) * (wsz), 0xffff);                                \
-                _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {                                   \
-                    const float *x = (const float *)(xa + (size_t)c * st) + i + 16 * u;                  \
-                    acc[c][u] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x), acc[c][u]);                      \
-                }                                                                                        \
-            }                                                                                            \
-        }                                                                                                \
-        /* u is a constant after unrolling, so acc stays in registers */                                 \
-        _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                           \
-            if (i >= k) break;                                                                           \
-            const __mmask16 m = k - i >= 16 ? 0xffff : (__mmask16)((1u << (k - i)) - 1);                 \
-            const __m512 wv = load(w + i * (wsz), m);                                                    \
-            _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {                                       \
-                const float *x = (const float *)(xa + (size_t)c * st) + i;                               \
-                acc[c][u] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x), acc[c][u]);                 \
-            }                                                                                            \
-            i += 16;                                                                                     \
-        }                                                                                                \
-        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) out[c] = hsum16(                            \
-            _mm512_add_ps(_mm512_add_ps(acc[c][0], acc[c][1]), _mm512_add_ps(acc[c][2], acc[c][3])));    \
-    }
-
-FLOAT_DOT(f32, 4, load16_f32)
-FLOAT_DOT(f16, 2, load16_f16)
-FLOAT_DOT(bf16, 2, load16_bf16)
-
-#define COLS_ENTRY(name, body) COLS_ENTRY_A(, name, body)
-#define COLS_ENTRY_A(attr, name, body)                                                                   \
-    attr static void name(int64_t k, const void *w, const void *xa, size_t st, int nc, float *out) {     \
-        const char *x = xa;                                                                              \
-        while (nc > 0) {                                                                                 \
-            const int n = nc < KERN_MAX_COLS ? nc : KERN_MAX_COLS;                                       \
-            switch (n) {                                                                                 \
-            case 1: body(k, w, x, st, 1, out); break;                                                    \
-            case 2: body(k, w, x, st, 2, out); break;                                                    \
-            case 3: body(k, w, x, st, 3, out); break;                                                    \
-            default: body(k, w, x, st, 4, out); break;                                                   \
-            }                                                                                            \
-            x += (size_t)n * st;                                                                         \
-            out += n;                                                                                    \
-            nc -= n;                                                                                     \
-        }                                                                                                \
-    }
-
-COLS_ENTRY(dot_f32_avx512, f32_cols)
-COLS_ENTRY(dot_f16_avx512, f16_cols)
-COLS_ENTRY(dot_bf16_avx512, bf16_cols)
-
-/* Several rows in lockstep (legacy_rows_for): row r's accumulators see the
- * same operations in the same order as in name##_cols, so each row's result
- * is bit-identical to a one-row call; only the interleaving of the rows'
- * loads differs, which keeps nr prefetch streams going per core. */
-#define FLOAT_ROWS(name, wsz, load)                                                                      \
-    ALWAYS_INLINE void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
-                                   size_t st, const int nc, float *out) {                                \
-        __m512 acc[KERN_MAX_ROWS * 2][FU];                                                               \
-        _Pragma("GCC unroll 8") for (int i = 0; i < nr * nc; i++) for (int u = 0; u < FU; u++) acc[i][u] = \
-            _mm512_setzero_ps();                                                                         \
-        int64_t i = 0;                                                                                   \
-        for (; i + 16 * FU <= k; i += 16 * FU) {                                                         \
-            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
-                const char *w = wr[r];                                                                   \
-                for (int b = 0; b < 16 * FU * (wsz); b += 64) prefetch_ahead(w + i * (wsz) + b, 64);    \
-                _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                   \
-                    const __m512 wv = load(w + (i + 16 * u) * (wsz), 0xffff);                            \
-                    _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                               \
-                        const float *x = (const float *)(xa + (size_t)c * st) + i + 16 * u;              \
-                        acc[r * nc + c][u] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x), acc[r * nc + c][u]); \
-                    }                                                                                    \
-                }                                                                                        \
-            }                                                                                            \
-        }                                                                                                \
-        _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                           \
-            if (i >= k) break;                                                                           \
-            const __mmask16 m = k - i >= 16 ? 0xffff : (__mmask16)((1u << (k - i)) - 1);                 \
-            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
-                const __m512 wv = load((const char *)wr[r] + i * (wsz), m);                              \
-                _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                                   \
-                    const float *x = (const float *)(xa + (size_t)c * st) + i;                           \
-                    acc[r * nc + c][u] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, x), acc[r * nc + c][u]); \
-                }                                                                                        \
-            }                                                                                            \
-            i += 16;                                                                                     \
-        }                                                                                                \
-        _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) out[j] = hsum16(                       \
-            _mm512_add_ps(_mm512_add_ps(acc[j][0], acc[j][1]), _mm512_add_ps(acc[j][2], acc[j][3])));    \
-    }
-
-FLOAT_ROWS(f32, 4, load16_f32)
-FLOAT_ROWS(f16, 2, load16_f16)
-FLOAT_ROWS(bf16, 2, load16_bf16)
-
-/* rows x columns tiles with constant counts (2..4 rows x 1..2 columns);
- * one row, or more than two columns, go to the dot row by row. */
-#define ROWS_ENTRY(name, body, dot) ROWS_ENTRY_A(, name, body, dot)
-#define ROWS_ENTRY_A(attr, name, body, dot)                                                              \
-    attr static void name(int64_t k, const void *const *w, int nr, const void *xa, size_t st, int nc,    \
-                          float *out) {                                                                  \
-        TERN_CHECK(nr >= 1 && nr <= KERN_MAX_ROWS && nc >= 1);                                           \
-        const char *x = xa;                                                                              \
-        if (nr == 1 || nc > 2) {                                                                         \
-            for (int r = 0; r < nr; r++) dot(k, w[r], xa, st, nc, out + (size_t)r * (size_t)nc);         \
-            return;                                                                                      \
-        }                                                                                                \
-        switch (nr * 4 + nc) {                                                                           \
-        case 9: body(k, w, 2, x, st, 1, out); break;                                                     \
-        case 10: body(k, w, 2, x, st, 2, out); break;                                                    \
-        case 13: body(k, w, 3, x, st, 1, out); break;                                                    \
-        case 14: body(k, w, 3, x, st, 2, out); break;                                                    \
-        case 17: body(k, w, 4, x, st, 1, out); break;                                                    \
-        default: body(k, w, 4, x, st, 2, out); break;                                                    \
-        }                                                                                                \
-    }
-
-ROWS_ENTRY(rows_f32_avx512, f32_rows, dot_f32_avx512)
-ROWS_ENTRY(rows_f16_avx512, f16_rows, dot_f16_avx512)
-ROWS_ENTRY(rows_bf16_avx512, bf16_rows, dot_bf16_avx512)
-
-static void act_copy_avx512(const float *x, void *xa, int64_t k) {
-    memcpy(xa, x, (size_t)k * sizeof(float));
-}
 
 /* ---- 32-blocks ------------------------------------------------------------ */
 
@@ -606,20 +425,14 @@ static void act_q8_1_avx512(const float *x, void *xa, int64_t k) {
     }
 }
 
-void legacy_register_float_avx512(kern_table_t t) {
-    t[TYPE_F32][ISA_AVX512] = (kern_ops_t){dot_f32_avx512, act_copy_avx512};
-    t[TYPE_F16][ISA_AVX512] = (kern_ops_t){dot_f16_avx512, act_copy_avx512};
-    t[TYPE_BF16][ISA_AVX512] = (kern_ops_t){dot_bf16_avx512, act_copy_avx512};
-}
-
 void legacy_register_blocks_avx512(kern_table_t t) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     TERN_CHECK(pthread_once(&once, perm_init) == 0); /* before any kernel is handed out */
-    t[TYPE_Q4_0][ISA_AVX512] = (kern_ops_t){dot_q4_0_avx512, act_q8_0_avx512};
-    t[TYPE_Q4_1][ISA_AVX512] = (kern_ops_t){dot_q4_1_avx512, act_q8_1_avx512};
-    t[TYPE_Q5_0][ISA_AVX512] = (kern_ops_t){dot_q5_0_avx512, act_q8_0_avx512};
-    t[TYPE_Q5_1][ISA_AVX512] = (kern_ops_t){dot_q5_1_avx512, act_q8_1_avx512};
-    t[TYPE_Q8_0][ISA_AVX512] = (kern_ops_t){dot_q8_0_avx512, act_q8_0_avx512};
+    t[TYPE_Q4_0][ISA_AVX512] = (kern_ops_t){dot_q4_0_avx512, act_q8_0_avx512, NULL};
+    t[TYPE_Q4_1][ISA_AVX512] = (kern_ops_t){dot_q4_1_avx512, act_q8_1_avx512, NULL};
+    t[TYPE_Q5_0][ISA_AVX512] = (kern_ops_t){dot_q5_0_avx512, act_q8_0_avx512, NULL};
+    t[TYPE_Q5_1][ISA_AVX512] = (kern_ops_t){dot_q5_1_avx512, act_q8_1_avx512, NULL};
+    t[TYPE_Q8_0][ISA_AVX512] = (kern_ops_t){dot_q8_0_avx512, act_q8_0_avx512, NULL};
     /* The VBMI variants compute exactly what the plain ones do (only the
      * quants' load differs), so the choice changes speed, not results. */
     if (getenv("TERN_NO_VBMI") == NULL && __builtin_cpu_supports("avx512vbmi")) {
@@ -636,8 +449,7 @@ kern_rows_fn legacy_rows_avx512(kern_dot_fn dot) {
         kern_dot_fn dot;
         kern_rows_fn rows;
     } pairs[] = {
-        {dot_f32_avx512, rows_f32_avx512},   {dot_f16_avx512, rows_f16_avx512},
-        {dot_bf16_avx512, rows_bf16_avx512}, {dot_q4_0_avx512, rows_q4_0_avx512},
+        {dot_q4_0_avx512, rows_q4_0_avx512},
         {dot_q4_1_avx512, rows_q4_1_avx512}, {dot_q5_0_avx512, rows_q5_0_avx512},
         {dot_q5_1_avx512, rows_q5_1_avx512}, {dot_q8_0_avx512, rows_q8_0_avx512},
         {dot_q4_0_vbmi, rows_q4_0_vbmi},     {dot_q4_1_vbmi, rows_q4_1_vbmi},

@@ -302,6 +302,7 @@ kern_rows_fn legacy_rows_for(kern_dot_fn dot) {
     if (!dot) return NULL;
 #if defined(__x86_64__)
     kern_rows_fn r = legacy_rows_avx512(dot);
+    if (!r) r = float_rows_avx512(dot);
     return r ? r : legacy_rows_avx2(dot);
 #else
     return NULL;
@@ -323,9 +324,9 @@ kern_rows_fn legacy_dot_rows(int type, kern_isa_t isa) {
 
 void kern_register_float(kern_table_t t) {
     legacy_lut_init();
-    t[TYPE_F32][ISA_SCALAR] = (kern_ops_t){dot_f32_ref, act_copy_ref};
-    t[TYPE_F16][ISA_SCALAR] = (kern_ops_t){dot_f16_ref, act_copy_ref};
-    t[TYPE_BF16][ISA_SCALAR] = (kern_ops_t){dot_bf16_ref, act_copy_ref};
+    t[TYPE_F32][ISA_SCALAR] = (kern_ops_t){dot_f32_ref, act_copy_ref, NULL};
+    t[TYPE_F16][ISA_SCALAR] = (kern_ops_t){dot_f16_ref, act_copy_ref, NULL};
+    t[TYPE_BF16][ISA_SCALAR] = (kern_ops_t){dot_bf16_ref, act_copy_ref, NULL};
 #if defined(__x86_64__)
     legacy_register_float_avx2(t);
     legacy_register_float_avx512(t);
@@ -334,11 +335,11 @@ void kern_register_float(kern_table_t t) {
 
 void kern_register_legacy(kern_table_t t) {
     legacy_lut_init();
-    t[TYPE_Q4_0][ISA_SCALAR] = (kern_ops_t){dot_q4_0_ref, act_q8_0_ref};
-    t[TYPE_Q4_1][ISA_SCALAR] = (kern_ops_t){dot_q4_1_ref, act_q8_1_ref};
-    t[TYPE_Q5_0][ISA_SCALAR] = (kern_ops_t){dot_q5_0_ref, act_q8_0_ref};
-    t[TYPE_Q5_1][ISA_SCALAR] = (kern_ops_t){dot_q5_1_ref, act_q8_1_ref};
-    t[TYPE_Q8_0][ISA_SCALAR] = (kern_ops_t){dot_q8_0_ref, act_q8_0_ref};
+    t[TYPE_Q4_0][ISA_SCALAR] = (kern_ops_t){dot_q4_0_ref, act_q8_0_ref, NULL};
+    t[TYPE_Q4_1][ISA_SCALAR] = (kern_ops_t){dot_q4_1_ref, act_q8_1_ref, NULL};
+    t[TYPE_Q5_0][ISA_SCALAR] = (kern_ops_t){dot_q5_0_ref, act_q8_0_ref, NULL};
+    t[TYPE_Q5_1][ISA_SCALAR] = (kern_ops_t){dot_q5_1_ref, act_q8_1_ref, NULL};
+    t[TYPE_Q8_0][ISA_SCALAR] = (kern_ops_t){dot_q8_0_ref, act_q8_0_ref, NULL};
 #if defined(__x86_64__)
     legacy_register_blocks_avx2(t);
     legacy_register_blocks_avx512(t);

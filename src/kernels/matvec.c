@@ -16,6 +16,7 @@
  * and since a row is never split, results do not depend on the thread count.
  */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -29,7 +30,11 @@ typedef struct {
     size_t cap;
 } ws_t;
 
-static pthread_key_t g_ws_key;
+/* Two per thread: WS_ACT holds a call's quantized activations (on the
+ * caller's thread), WS_GEMM the scratch of a GEMM run (on every thread that
+ * runs rows, the caller included, while its WS_ACT is in use). */
+enum { WS_ACT, WS_GEMM, WS_COUNT };
+static pthread_key_t g_ws_key[WS_COUNT];
 static pthread_once_t g_ws_once = PTHREAD_ONCE_INIT;
 static int g_ws_key_ok;
 
@@ -40,18 +45,22 @@ static void ws_destroy(void *v) {
     free(w);
 }
 
-static void ws_key_init(void) { g_ws_key_ok = pthread_key_create(&g_ws_key, ws_destroy) == 0; }
+static void ws_key_init(void) {
+    g_ws_key_ok = 1;
+    for (int i = 0; i < WS_COUNT; i++)
+        if (pthread_key_create(&g_ws_key[i], ws_destroy) != 0) g_ws_key_ok = 0;
+}
 
-/* The calling thread's workspace, grown to at least bytes (contents are not
- * kept when it grows). NULL when out of memory. */
-static void *ws_get(size_t bytes) {
+/* The calling thread's workspace `which`, grown to at least bytes (contents
+ * are not kept when it grows). NULL when out of memory. */
+static void *ws_get(int which, size_t bytes) {
     pthread_once(&g_ws_once, ws_key_init);
     if (!g_ws_key_ok) return NULL;
-    ws_t *w = pthread_getspecific(g_ws_key);
+    ws_t *w = pthread_getspecific(g_ws_key[which]);
     if (!w) {
         w = calloc(1, sizeof *w);
         if (!w) return NULL;
-        if (pthread_setspecific(g_ws_key, w) != 0) {
+        if (pthread_setspecific(g_ws_key[which], w) != 0) {
             free(w);
             return NULL;
         }
@@ -72,10 +81,12 @@ static void *ws_get(size_t bytes) {
 void kern_thread_release(void) {
     pthread_once(&g_ws_once, ws_key_init);
     if (!g_ws_key_ok) return;
-    ws_t *w = pthread_getspecific(g_ws_key);
-    if (!w) return;
-    pthread_setspecific(g_ws_key, NULL);
-    ws_destroy(w);
+    for (int i = 0; i < WS_COUNT; i++) {
+        ws_t *w = pthread_getspecific(g_ws_key[i]);
+        if (!w) continue;
+        pthread_setspecific(g_ws_key[i], NULL);
+        ws_destroy(w);
+    }
 }
 
 /* ---- the row job ------------------------------------------------------ */
@@ -108,6 +119,10 @@ typedef struct {
     float *y;
     int64_t ldy;
     int64_t block_rows;
+    /* The format's own GEMM (n >= KERN_GEMM_MIN_COLS), or NULL. */
+    const kern_gemm_t *gemm;
+    kern_gemm_args_t gargs;
+    size_t scratch;
 } mv_job_t;
 
 static inline float *job_col(const mv_job_t *j, int64_t c) {
@@ -124,6 +139,15 @@ static inline void mv_row(const mv_job_t *j, const char *xa, int nc, float *cons
 static int mv_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
     (void)worker;
     const mv_job_t *j = ctx;
+    if (j->gemm) {
+        void *scratch = NULL;
+        if (j->scratch) {
+            scratch = ws_get(WS_GEMM, j->scratch);
+            if (!scratch) return TERN_ENOMEM;
+        }
+        j->gemm->run(&j->gargs, j->w + (size_t)r0 * j->row_bytes, j->row_bytes, r1 - r0, j->y + r0, j->ldy, scratch);
+        return 0;
+    }
     if (j->n <= KERN_MAX_COLS) {
         /* Matvec (and matvec2, small GEMM): one tile of columns, memory
          * bound. The chunk is read as MV_STREAMS interleaved sub-ranges, so
@@ -192,6 +216,33 @@ static int act_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
         const act_group_t *g = &a->g[i / a->n];
         int64_t c = i % a->n;
         g->act(a->x + c * a->ldx, g->base + (size_t)c * g->stride, a->k);
+    }
+    return 0;
+}
+
+/* One GEMM layout of an act group: prep's groups of KERN_GEMM_GROUP columns. */
+typedef struct {
+    int ag; /* act group it reads */
+    const kern_gemm_t *gemm;
+    size_t group_bytes;
+    char *base;
+} prep_t;
+
+typedef struct {
+    const act_group_t *g;
+    const prep_t *p;
+    int64_t k, n, ngroups; /* column groups per prep */
+} prep_job_t;
+
+static int prep_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+    (void)worker;
+    const prep_job_t *pj = ctx;
+    for (int64_t i = r0; i < r1; i++) {
+        const prep_t *p = &pj->p[i / pj->ngroups];
+        const act_group_t *g = &pj->g[p->ag];
+        const int64_t gi = i % pj->ngroups, c0 = gi * KERN_GEMM_GROUP;
+        const int nc = pj->n - c0 < KERN_GEMM_GROUP ? (int)(pj->n - c0) : KERN_GEMM_GROUP;
+        p->gemm->prep(pj->k, g->base + (size_t)c0 * g->stride, g->stride, nc, p->base + (size_t)gi * p->group_bytes);
     }
     return 0;
 }
@@ -274,6 +325,11 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
         }
     }
 
+    /* The format's GEMM serves a matrix when there are enough columns. */
+    bool use_gemm[KERN_MAX_MULTI];
+    for (int i = 0; i < d->nm; i++)
+        use_gemm[i] = !d->xcol2[0] && d->n >= KERN_GEMM_MIN_COLS && ops[i]->gemm != NULL;
+
     /* Group the matrices by act fn; lay out each group's columns. */
     act_group_t groups[KERN_MAX_MULTI];
     int gi[KERN_MAX_MULTI];
@@ -298,14 +354,41 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
             return tern_err(err, TERN_EINVAL, "%s: %lld columns of %lld: activations overflow", d->fn,
                             (long long)d->n, (long long)k);
     }
+    /* GEMM layouts, one per (act group, prep fn), after the act rows. */
+    prep_t preps[KERN_MAX_MULTI];
+    int pi[KERN_MAX_MULTI];
+    int np = 0;
+    const int64_t ncg = (d->n + KERN_GEMM_GROUP - 1) / KERN_GEMM_GROUP;
+    for (int i = 0; i < d->nm; i++) {
+        pi[i] = -1;
+        if (!use_gemm[i] || !ops[i]->gemm->prep) continue;
+        int p = 0;
+        while (p < np && !(preps[p].ag == gi[i] && preps[p].gemm->prep == ops[i]->gemm->prep &&
+                           preps[p].gemm->group_size == ops[i]->gemm->group_size))
+            p++;
+        if (p == np) {
+            size_t gb = ops[i]->gemm->group_size(k);
+            if (gb == 0) return tern_err(err, TERN_EINVAL, "%s: cannot size GEMM activations of %lld", d->fn, (long long)k);
+            uint64_t gstride = ((uint64_t)gb + 63) & ~(uint64_t)63, sz;
+            if (tern_mul_overflow_u64((uint64_t)ncg, gstride, &sz) || tern_add_overflow_u64(total, sz, &total))
+                return tern_err(err, TERN_EINVAL, "%s: %lld columns of %lld: GEMM activations overflow", d->fn,
+                                (long long)d->n, (long long)k);
+            preps[np++] = (prep_t){gi[i], ops[i]->gemm, (size_t)gstride, NULL};
+        }
+        pi[i] = p;
+    }
     if (total > SIZE_MAX) return tern_err(err, TERN_EINVAL, "%s: activations too large", d->fn);
-    char *ws = ws_get((size_t)total);
+    char *ws = ws_get(WS_ACT, (size_t)total);
     if (!ws) return tern_err(err, TERN_ENOMEM, "%s: out of memory for %llu bytes of activations", d->fn,
                              (unsigned long long)total);
     size_t off = 0;
     for (int g = 0; g < ng; g++) {
         groups[g].base = ws + off;
         off += (size_t)d->n * groups[g].stride;
+    }
+    for (int p = 0; p < np; p++) {
+        preps[p].base = ws + off;
+        off += (size_t)ncg * preps[p].group_bytes;
     }
 
     if (d->xcol2[0]) {
@@ -320,6 +403,17 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
         for (int g = 0; g < ng; g++)
             for (int64_t c = 0; c < d->n; c++)
                 groups[g].act(d->x + c * d->ldx, groups[g].base + (size_t)c * groups[g].stride, k);
+    }
+
+    if (np > 0) {
+        prep_job_t pj = {groups, preps, k, d->n, ncg};
+        if (ncg * np > 1 && tern_pool_threads(pool) > 1) {
+            tern_range_t pr = {prep_rows, &pj, (int64_t)np * ncg, 1, k * KERN_GEMM_GROUP};
+            int rc = tern_pool_run(pool, &pr, 1, err);
+            if (rc) return rc;
+        } else {
+            prep_rows(&pj, 0, (int64_t)np * ncg, 0);
+        }
     }
 
     mv_job_t jobs[KERN_MAX_MULTI];
@@ -342,6 +436,16 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
         if (d->xcol2[0]) {
             j->ycol[0] = d->ycol2[0];
             j->ycol[1] = d->ycol2[1];
+        }
+        if (use_gemm[i]) {
+            const kern_gemm_t *gm = ops[i]->gemm;
+            j->gemm = gm;
+            j->gargs = (kern_gemm_args_t){.k = k, .n = d->n, .xa = j->xa, .xa_stride = j->xa_stride};
+            if (pi[i] >= 0) {
+                j->gargs.xg = preps[pi[i]].base;
+                j->gargs.xg_group = preps[pi[i]].group_bytes;
+            }
+            j->scratch = gm->scratch_size ? gm->scratch_size(k) : 0;
         }
         int64_t br = (int64_t)(GEMM_BLOCK_BYTES / m->row_bytes);
         j->block_rows = br < 1 ? 1 : br;
