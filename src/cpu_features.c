@@ -50,10 +50,32 @@ static void detect(void) {
     }
 }
 #elif defined(__aarch64__)
+#if defined(__linux__)
+#include <sys/auxv.h>
+/* Linux hwcap bits (asm/hwcap.h), in case the libc headers lack them. */
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1UL << 1)
+#endif
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1UL << 20)
+#endif
+#endif
+
+/* Advanced SIMD is part of every aarch64 Linux system (the ABI passes
+ * floats in its registers); the kernel reports it anyway, and the ARMv8.2
+ * dot-product instructions (SDOT/UDOT) only where the CPU has them: the
+ * binary is built for baseline armv8-a, so a compile-time macro would say
+ * nothing about the CPU it runs on. */
 static void detect(void) {
+#if defined(__linux__)
+    const unsigned long hw = getauxval(AT_HWCAP);
+    g_feat.neon = (hw & HWCAP_ASIMD) != 0;
+    g_feat.dotprod = g_feat.neon && (hw & HWCAP_ASIMDDP) != 0;
+#else
     g_feat.neon = true;
 #if defined(__ARM_FEATURE_DOTPROD)
     g_feat.dotprod = true;
+#endif
 #endif
 }
 #else

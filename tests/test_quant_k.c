@@ -23,6 +23,7 @@
 #include "cpu.h"
 #include "kernels.h"
 #include "kernels/kquant.h"
+#include "kernels/neon.h"
 #include "quant.h"
 
 static const int k_types[3] = {TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K};
@@ -304,7 +305,7 @@ static void test_roundtrip_odd_inputs(void **state) {
 
 static kern_table_t g_tab;
 
-static const char *isa_name(int isa) { return isa == ISA_AVX512 ? "avx512" : isa == ISA_AVX2 ? "avx2" : "scalar"; }
+static const char *isa_name(int isa) { return isa == ISA_NEON ? "neon" : isa == ISA_AVX512 ? "avx512" : isa == ISA_AVX2 ? "avx2" : "scalar"; }
 
 static int isa_supported(int isa) {
     const cpu_features_t *f = cpu_features();
@@ -312,6 +313,7 @@ static int isa_supported(int isa) {
     case ISA_SCALAR: return 1;
     case ISA_AVX2: return f->avx2 && f->fma && f->f16c;
     case ISA_AVX512: return f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni;
+    case ISA_NEON: return f->neon;
     default: return 0;
     }
 }
@@ -320,9 +322,12 @@ static int setup(void **state) {
     (void)state;
     memset(g_tab, 0, sizeof g_tab);
     kern_register_kquant(g_tab);
-    for (int isa = ISA_AVX2; isa <= ISA_AVX512; isa++)
+#if defined(__aarch64__)
+    kquant_register_neon(g_tab); /* after the scalar column: it reuses the scalar act fn */
+#endif
+    for (int isa = ISA_AVX2; isa < ISA_COUNT; isa++)
         if (!isa_supported(isa)) print_message("NOTE: CPU lacks %s: its K kernels are not tested here\n",
-                                               isa == ISA_AVX2 ? "AVX2+FMA" : "AVX-512 F/BW/VL/VNNI");
+                                               isa == ISA_AVX2 ? "AVX2+FMA" : isa == ISA_AVX512 ? "AVX-512 F/BW/VL/VNNI" : "NEON");
     return 0;
 }
 
@@ -369,7 +374,7 @@ static void test_act_simd_matches_scalar(void **state) {
     uint8_t *ref = malloc(sz), *got = malloc(sz);
     assert_int_equal(quant_quantize_row(TYPE_Q8_K, x, ref, k), 0);
     for (int t = 0; t < 3; t++)
-        for (int isa = 0; isa <= ISA_AVX512; isa++) {
+        for (int isa = 0; isa < ISA_COUNT; isa++) {
             if (!isa_supported(isa)) continue;
             kern_act_fn act = g_tab[k_types[t]][isa].act;
             assert_non_null(act);
@@ -412,7 +417,7 @@ static void check_dots(int type, int64_t k, int rows) {
         const uint8_t *wr = w + (size_t)r * rb;
         assert_int_equal(quant_dequantize_row(type, wr, wd, k), 0);
         float scalar[KERN_MAX_COLS + 3];
-        for (int isa = 0; isa <= ISA_AVX512; isa++) {
+        for (int isa = 0; isa < ISA_COUNT; isa++) {
             if (!isa_supported(isa)) continue;
             kern_dot_fn dot = g_tab[type][isa].dot;
             assert_non_null(dot);
@@ -501,7 +506,7 @@ static void test_dots_exact_vs_scalar(void **state) {
             else w.q4.d = w.q4.dmin = d; /* d, dmin lead both Q4_K and Q5_K */
             float ref[NCOLS];
             g_tab[type][ISA_SCALAR].dot(QK_K, &w, xa, stride, NCOLS, ref);
-            for (int isa = ISA_AVX2; isa <= ISA_AVX512; isa++) {
+            for (int isa = ISA_AVX2; isa < ISA_COUNT; isa++) {
                 if (!isa_supported(isa)) continue;
                 float got[NCOLS];
                 g_tab[type][isa].dot(QK_K, &w, xa, stride, NCOLS, got);
@@ -533,8 +538,8 @@ static void test_dot_rows_match_dot(void **state) {
             free(x);
         }
         assert_null(kquant_dot_rows(TYPE_Q8_0, ISA_SCALAR));
-        for (int isa = 0; isa <= ISA_AVX512; isa++) {
-            if (!isa_supported(isa)) continue;
+        for (int isa = 0; isa < ISA_COUNT; isa++) {
+            if (!isa_supported(isa) || isa == ISA_NEON) continue; /* NEON has no rows kernels */
             kquant_dot_rows_fn rows = kquant_dot_rows(type, (kern_isa_t)isa);
             kern_dot_fn dot = g_tab[type][isa].dot;
             assert_non_null(rows);

@@ -23,6 +23,7 @@
 #include "cpu.h"
 #include "kernels.h"
 #include "kernels/legacy.h"
+#include "kernels/neon.h"
 #include "quant.h"
 
 static kern_table_t g_tab;
@@ -32,6 +33,9 @@ static int setup(void **state) {
     memset(g_tab, 0, sizeof(g_tab));
     kern_register_float(g_tab);
     kern_register_legacy(g_tab);
+#if defined(__aarch64__)
+    legacy_register_neon(g_tab); /* after the scalar column: it reuses the scalar act fns */
+#endif
     return 0;
 }
 
@@ -52,6 +56,7 @@ static bool isa_ok(kern_isa_t isa) {
     case ISA_SCALAR: return true;
     case ISA_AVX2: return f->avx2 && f->fma && f->f16c;
     case ISA_AVX512: return f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni;
+    case ISA_NEON: return f->neon;
     default: return false;
     }
 }

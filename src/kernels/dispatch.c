@@ -21,6 +21,7 @@
 #include "kernels.h"
 #include "kquant.h"
 #include "legacy.h"
+#include "neon.h"
 
 static kern_table_t g_table;
 static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;
@@ -29,6 +30,11 @@ static void table_fill(void) {
     kern_register_float(g_table);
     kern_register_legacy(g_table);
     kern_register_kquant(g_table);
+#if defined(__aarch64__)
+    /* After the scalar column: the NEON entries reuse its act fns. */
+    legacy_register_neon(g_table);
+    kquant_register_neon(g_table);
+#endif
     /* A family must not claim an ISA the CPU cannot run: drop such entries
      * here rather than trusting every register function to check. */
     kern_isa_t best = kern_isa_best();

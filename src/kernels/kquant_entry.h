@@ -1,7 +1,7 @@
 /*
- * kquant_entry.h - the entry points of a K-format SIMD file, written once for
- * kquant_avx2.c and kquant_avx512.c. Included at the end of each, after it
- * has defined KQ_ISA (the name suffix) and its two kernel templates:
+ * kquant_entry.h - the entry points of a K-format SIMD file (kquant_avx2.c;
+ * kquant_avx512.c has its own, next to its GEMM). Included at the end, after
+ * the file has defined KQ_ISA (the name suffix) and its two kernel templates:
  *
  *   affine_kernel(nb, rows, nr, xa, stride, nc, out, is_q5)   Q4_K / Q5_K
  *   q6k_kernel(nb, rows, nr, xa, stride, nc, out, unused)     Q6_K
