@@ -17,6 +17,16 @@
  *            per column prefill is than decode.
  * Each timing is the best of a few passes (the minimum is the least noisy
  * estimate of what the code can do).
+ *
+ * Paired probe: on a shared machine the bandwidth left to us drifts by tens
+ * of percent within seconds (other tenants' memory traffic; it shows as
+ * neither steal nor load here), so a matvec compared with the probe taken
+ * at the start can look 20 points better or worse than it is. Each matvec
+ * measurement is therefore bracketed by the probe's winning pattern re-run
+ * over the same working set right before and right after it, and also
+ * reported against the larger of those two (probe_now / pct_of_probe_now),
+ * which cannot flatter the kernel more than a probe taken at the start does
+ * when the machine is steady. pct_of_probe stays the start-of-run figure.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -43,6 +53,7 @@ typedef struct {
     int threads;
     int64_t n; /* 0: none */
     double gbps, pct, gflops, ns, ratio, x_matvec; /* NaN: none */
+    double probe_now, pct_now; /* matvec: the paired probe (see below) and % of it */
 } rec_t;
 
 typedef struct {
@@ -59,7 +70,7 @@ static rec_t *rec_add(recs_t *r, const char *op, int format, int isa, int thread
         r->cap = cap;
     }
     rec_t *e = &r->v[r->n++];
-    *e = (rec_t){op, format, isa, threads, 0, NAN, NAN, NAN, NAN, NAN, NAN};
+    *e = (rec_t){op, format, isa, threads, 0, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
     return e;
 }
 
@@ -226,6 +237,8 @@ static void print_json(const recs_t *r) {
         print_num(stdout, "ns", e->ns, &first);
         print_num(stdout, "ratio", e->ratio, &first);
         print_num(stdout, "x_matvec", e->x_matvec, &first);
+        print_num(stdout, "probe_now_gbps", e->probe_now, &first);
+        print_num(stdout, "pct_of_probe_now", e->pct_now, &first);
         printf("}%s\n", i + 1 < r->n ? "," : "");
     }
     printf("]\n");
@@ -256,9 +269,9 @@ static void print_markdown(const recs_t *r, const int64_t *ns, int n_ns, size_t 
         if (!strcmp(r->v[i].op, "probe")) printf("| %d | %.1f |\n", r->v[i].threads, r->v[i].gbps);
     printf("\n## Kernels (matvec %d x %d over a %.0f MiB working set; GEMM %d x %d, GFLOP/s)\n\n", BK_ROWS, BK_K,
            (double)set_bytes / 1048576.0, BK_GEMM_ROWS, BK_K);
-    printf("| format | isa | t | matvec GB/s | %% of probe | matvec2 / matvec |");
+    printf("| format | isa | t | matvec GB/s | %% of probe | probe now | %% of probe now | matvec2 / matvec |");
     for (int i = 0; i < n_ns; i++) printf(" gemm N=%lld |", (long long)ns[i]);
-    printf(" gemm64 / matvec |\n|---|---|---:|---:|---:|---:|");
+    printf(" gemm64 / matvec |\n|---|---|---:|---:|---:|---:|---:|---:|");
     for (int i = 0; i < n_ns; i++) printf("---:|");
     printf("---:|\n");
     for (int i = 0; i < r->n; i++) {
@@ -267,6 +280,8 @@ static void print_markdown(const recs_t *r, const int64_t *ns, int n_ns, size_t 
         printf("| %s | %s | %d |", quant_name(e->format), kern_isa_name((kern_isa_t)e->isa), e->threads);
         cell(e->gbps, "%.1f");
         cell(e->pct, "%.0f%%");
+        cell(e->probe_now, "%.1f");
+        cell(e->pct_now, "%.0f%%");
         const rec_t *m2 = find(r, "matvec2", e->format, e->isa, e->threads, 0);
         cell(m2 ? m2->ratio : NAN, "%.2f");
         for (int j = 0; j < n_ns; j++) {
@@ -415,8 +430,11 @@ int bench_kernels_main(int argc, char **argv) {
                 kern_mat_t m0 = wset_mat(&w, type, 0, BK_ROWS);
                 if (kern_matvec(p, &m0, b.x, b.y, &err)) goto kerr; /* warm-up: code, workspace */
                 double mv_ns, mv2_ns;
+                const double pr0 = bench_probe_again_gbps(t, w.buf, w.bytes);
                 const double mv = rate_set(p, &w, type, passes, false, set_budget_ns, &cursor, &b, &mv_ns, &err);
                 if (mv < 0) goto kerr;
+                const double pr1 = bench_probe_again_gbps(t, w.buf, w.bytes);
+                const double pr_now = pr0 > pr1 ? pr0 : pr1;
                 const double mv2 = rate_set(p, &w, type, passes, true, set_budget_ns, &cursor, &b, &mv2_ns, &err);
                 if (mv2 < 0) goto kerr;
                 const double flops_mat = 2.0 * BK_ROWS * BK_K;
@@ -424,11 +442,15 @@ int bench_kernels_main(int argc, char **argv) {
                 if (!e) goto oom;
                 e->gbps = mv;
                 e->pct = 100.0 * e->gbps / probe[t];
+                if (pr_now > 0) {
+                    e->probe_now = pr_now;
+                    e->pct_now = 100.0 * e->gbps / pr_now;
+                }
                 e->gflops = flops_mat / mv_ns;
                 e->ns = mv_ns;
                 const double mv_gflops = e->gflops;
-                fprintf(stderr, "%s/%s t=%d: matvec %.1f GB/s (%.0f%% of probe), matvec2 %.2fx", quant_name(type),
-                        kern_isa_name(isa), t, e->gbps, e->pct, mv2_ns / mv_ns);
+                fprintf(stderr, "%s/%s t=%d: matvec %.1f GB/s (%.0f%% of probe, %.0f%% of probe now), matvec2 %.2fx",
+                        quant_name(type), kern_isa_name(isa), t, e->gbps, e->pct, e->pct_now, mv2_ns / mv_ns);
                 e = rec_add(&recs, "matvec2", type, isa, t);
                 if (!e) goto oom;
                 e->gbps = mv2;

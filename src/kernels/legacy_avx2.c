@@ -48,7 +48,9 @@ static inline float hsum8(__m256 v) {
  * next) took Q8_0 / Q4_0 single-thread matvec over a 1 GB matrix from about
  * half of a plain read loop's bandwidth to about 85% on the development
  * machine. Prefetches never fault, so reading past the matrix is harmless. */
+#ifndef PF_DIST
 #define PF_DIST 4096
+#endif
 
 /* Prefetch the lines PF_DIST bytes past the n bytes at p (the weights one
  * loop iteration consumes; n <= 128, a constant), so that every line of the
