@@ -8,8 +8,9 @@
 # Which tests cover NEON: test_kernels (every ISA the CPU has against the
 # scalar kernels, thread and column bit-identity), test_model and
 # test_model_invariance (whole models through the active ISA, NEON here).
-# test_quant_legacy / test_quant_k test the scalar and x86 entries of their
-# own tables only, so on aarch64 they check the scalar code.
+# test_quant_legacy / test_quant_k add the NEON entries to their own tables
+# on aarch64, so they also check NEON against the scalar oracle (exact
+# integer sums, byte-identical activation rows, multi-column bit-identity).
 #
 # Usage: scripts/test-aarch64.sh [--install] [TEST ...]
 #   TEST      test executables to run (default: test_quant_legacy test_quant_k
