@@ -534,70 +534,12 @@ KQ_INLINE void q6k_tile(int64_t nb, const void *const *wr, const int nr, const c
 
 /* ---- tiles and entry points -------------------------------------------------- */
 
-typedef void (*kq_tile_fn)(int64_t nb, const void *const *w, const char *xa, size_t st, float *out);
-
-#define KQ_TILE(fmt, kernel, q5, nr, nc)                                                               \
-    static void fmt##_##nr##x##nc(int64_t nb, const void *const *w, const char *xa, size_t st, float *o) { \
-        kernel(nb, w, nr, xa, st, nc, o, q5);                                                          \
-    }
-#define KQ_TILES(fmt, kernel, q5)                                                                                    \
-    KQ_TILE(fmt, kernel, q5, 1, 1)                                                                                   \
-    KQ_TILE(fmt, kernel, q5, 1, 2)                                                                                   \
-    KQ_TILE(fmt, kernel, q5, 1, 3)                                                                                   \
-    KQ_TILE(fmt, kernel, q5, 1, 4)                                                                                   \
-    KQ_TILE(fmt, kernel, q5, 2, 1)                                                                                   \
-    KQ_TILE(fmt, kernel, q5, 2, 2)                                                                                   \
-    KQ_TILE(fmt, kernel, q5, 3, 1)                                                                                   \
-    KQ_TILE(fmt, kernel, q5, 3, 2)                                                                                   \
-    KQ_TILE(fmt, kernel, q5, 4, 1)                                                                                   \
-    KQ_TILE(fmt, kernel, q5, 4, 2)                                                                                   \
-    static const kq_tile_fn fmt##_tiles[KQUANT_MAX_ROWS][KERN_MAX_COLS] = {                                         \
-        {fmt##_1x1, fmt##_1x2, fmt##_1x3, fmt##_1x4},                                                                \
-        {fmt##_2x1, fmt##_2x2, NULL, NULL},                                                                          \
-        {fmt##_3x1, fmt##_3x2, NULL, NULL},                                                                          \
-        {fmt##_4x1, fmt##_4x2, NULL, NULL}};
-
-_Static_assert(KQUANT_MAX_ROWS == 4 && KERN_MAX_COLS == 4, "tile table shape");
-
-KQ_TILES(q4k, affine_tile, 0)
-KQ_TILES(q5k, affine_tile, 1)
-KQ_TILES(q6k, q6k_tile, 0)
-
-/* One row, any number of columns, in groups of up to KERN_MAX_COLS. */
-static void kq_dot(int64_t k, const void *w, const void *xa, size_t st, int ncols, float *out,
-                   const kq_tile_fn tiles[KQUANT_MAX_ROWS][KERN_MAX_COLS]) {
-    TERN_CHECK(k % QK_K == 0);
-    for (int c0 = 0; c0 < ncols; c0 += KERN_MAX_COLS) {
-        const int nc = ncols - c0 < KERN_MAX_COLS ? ncols - c0 : KERN_MAX_COLS;
-        tiles[0][nc - 1](k / QK_K, &w, (const char *)xa + (size_t)c0 * st, st, out + c0);
-    }
-}
-
-/* Several rows in lockstep where a tile exists (up to 2 columns), else row
- * by row: the same bits either way. */
-static void kq_dot_rows(int64_t k, const void *const *w, int nrows, const void *xa, size_t st, int ncols, float *out,
-                        const kq_tile_fn tiles[KQUANT_MAX_ROWS][KERN_MAX_COLS]) {
-    TERN_CHECK(k % QK_K == 0 && nrows >= 1 && nrows <= KQUANT_MAX_ROWS);
-    if (ncols <= 0) return;
-    if (ncols <= 2) {
-        tiles[nrows - 1][ncols - 1](k / QK_K, w, (const char *)xa, st, out);
-        return;
-    }
-    for (int r = 0; r < nrows; r++) kq_dot(k, w[r], xa, st, ncols, out + (size_t)r * ncols, tiles);
-}
-
-#define KQ_ENTRY(fmt, FMT)                                                                                       \
-    static void dot_##FMT##_avx512(int64_t k, const void *w, const void *xa, size_t st, int ncols, float *out) {  \
-        kq_dot(k, w, xa, st, ncols, out, fmt##_tiles);                                                           \
-    }                                                                                                            \
-    static void dot_rows_##FMT##_avx512(int64_t k, const void *const *w, int nrows, const void *xa, size_t st,    \
-                                        int ncols, float *out) {                                                 \
-        kq_dot_rows(k, w, nrows, xa, st, ncols, out, fmt##_tiles);                                               \
-    }
-
-KQ_ENTRY(q4k, q4_K)
-KQ_ENTRY(q5k, q5_K)
-KQ_ENTRY(q6k, q6_K)
+/* The tile table and entry points (dot_q4_K_avx512, dot_rows_q4_K_avx512,
+ * ...) are kquant_entry.h's, over this file's tile templates. */
+#define KQ_ISA avx512
+#define KQ_AFFINE_KERNEL affine_tile
+#define KQ_Q6_KERNEL q6k_tile
+#include "kquant_entry.h"
 
 /* ==== GEMM ================================================================== */
 

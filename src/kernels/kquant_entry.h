@@ -1,11 +1,12 @@
 /*
- * kquant_entry.h - the entry points of a K-format SIMD file (kquant_avx2.c;
- * kquant_avx512.c has its own, next to its GEMM). Included at the end, after
- * the file has defined KQ_ISA (the name suffix) and its two kernel templates:
+ * kquant_entry.h - the entry points of a K-format SIMD file (kquant_avx2.c,
+ * kquant_avx512.c). Included after the file has defined KQ_ISA (the name
+ * suffix) and its two kernel templates, by default named
  *
  *   affine_kernel(nb, rows, nr, xa, stride, nc, out, is_q5)   Q4_K / Q5_K
  *   q6k_kernel(nb, rows, nr, xa, stride, nc, out, unused)     Q6_K
  *
+ * (other names through KQ_AFFINE_KERNEL / KQ_Q6_KERNEL),
  * each computing nr rows x nc columns in lockstep into out[r * nc + c], the
  * same per-block function applied to every (row, column), so that no result
  * depends on the tile it was computed in. This file instantiates the tiles
@@ -45,9 +46,15 @@ typedef void (*kq_tile_fn)(int64_t nb, const void *const *w, const char *xa, siz
 
 _Static_assert(KQUANT_MAX_ROWS == 4 && KERN_MAX_COLS == 4 && KQUANT_MAX_ACC >= 8, "tile table shape");
 
-KQ_TILES(q4k, affine_kernel, 0)
-KQ_TILES(q5k, affine_kernel, 1)
-KQ_TILES(q6k, q6k_kernel, 0)
+#ifndef KQ_AFFINE_KERNEL
+#define KQ_AFFINE_KERNEL affine_kernel
+#endif
+#ifndef KQ_Q6_KERNEL
+#define KQ_Q6_KERNEL q6k_kernel
+#endif
+KQ_TILES(q4k, KQ_AFFINE_KERNEL, 0)
+KQ_TILES(q5k, KQ_AFFINE_KERNEL, 1)
+KQ_TILES(q6k, KQ_Q6_KERNEL, 0)
 
 /* One row, any number of columns, in groups of up to KERN_MAX_COLS. */
 static void kq_dot(int64_t k, const void *w, const void *xa, size_t st, int ncols, float *out,
