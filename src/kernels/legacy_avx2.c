@@ -30,6 +30,7 @@
 
 #include "common.h"
 #include "legacy.h"
+#include "rows_entry.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -210,27 +211,6 @@ COLS_ENTRY(dot_bf16_avx2, bf16_cols, FLOAT_COLS)
 FLOAT_ROWS(f32, 4, load8_f32)
 FLOAT_ROWS(f16, 2, load8_f16)
 FLOAT_ROWS(bf16, 2, load8_bf16)
-
-/* rows x columns tiles with constant counts (2..4 rows x 1..2 columns);
- * one row, or more than two columns, go to the dot row by row. */
-#define ROWS_ENTRY(name, body, dot)                                                                      \
-    static void name(int64_t k, const void *const *w, int nr, const void *xa, size_t st, int nc,         \
-                     float *out) {                                                                       \
-        TERN_CHECK(nr >= 1 && nr <= KERN_MAX_ROWS && nc >= 1);                                           \
-        const char *x = xa;                                                                              \
-        if (nr == 1 || nc > 2) {                                                                         \
-            for (int r = 0; r < nr; r++) dot(k, w[r], xa, st, nc, out + (size_t)r * (size_t)nc);         \
-            return;                                                                                      \
-        }                                                                                                \
-        switch (nr * 4 + nc) {                                                                           \
-        case 9: body(k, w, 2, x, st, 1, out); break;                                                     \
-        case 10: body(k, w, 2, x, st, 2, out); break;                                                    \
-        case 13: body(k, w, 3, x, st, 1, out); break;                                                    \
-        case 14: body(k, w, 3, x, st, 2, out); break;                                                    \
-        case 17: body(k, w, 4, x, st, 1, out); break;                                                    \
-        default: body(k, w, 4, x, st, 2, out); break;                                                    \
-        }                                                                                                \
-    }
 
 ROWS_ENTRY(rows_f32_avx2, f32_rows, dot_f32_avx2)
 ROWS_ENTRY(rows_f16_avx2, f16_rows, dot_f16_avx2)
