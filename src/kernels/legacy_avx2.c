@@ -30,6 +30,7 @@
 
 #include "common.h"
 #include "legacy.h"
+#include "prefetch.h"
 #include "rows_entry.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -40,27 +41,6 @@ static inline float hsum8(__m256 v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
-}
-
-/* Software prefetch distance for the weight stream. Decode is memory-bound,
- * and the block kernels spend enough ALU work per cache line that the
- * out-of-order window alone keeps too few lines in flight: a prefetch a few
- * KB ahead (past the row's end into the next row, which the drivers visit
- * next) took Q8_0 / Q4_0 single-thread matvec over a 1 GB matrix from about
- * half of a plain read loop's bandwidth to about 85% on the development
- * machine. Prefetches never fault, so reading past the matrix is harmless. */
-#ifndef PF_DIST
-#define PF_DIST 4096
-#endif
-
-/* Prefetch the lines PF_DIST bytes past the n bytes at p (the weights one
- * loop iteration consumes; n <= 128, a constant), so that every line of the
- * stream is asked for once or twice. */
-ALWAYS_INLINE void prefetch_ahead(const char *p, size_t n) {
-    /* Address arithmetic in integers: the target may lie past the object. */
-    const uintptr_t a = (uintptr_t)p + PF_DIST;
-    _mm_prefetch((const char *)a, _MM_HINT_T0);
-    if (n > 64) _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
 }
 
 /* ---- float formats ------------------------------------------------------ */
