@@ -773,10 +773,10 @@ static void test_dot_rows_bitexact(void **state) {
 }
 
 /* The AVX-512 block kernels come in two builds, with and without
- * AVX512-VBMI (legacy_avx512.c picks at registration; TERN_NO_VBMI turns
- * VBMI off). They differ only in how the quants are loaded, so they must
- * agree bit for bit; on a CPU without VBMI both tables hold the same
- * kernel and this checks nothing, which it says. */
+ * AVX512-VBMI + GFNI (legacy_avx512.c picks at registration; TERN_NO_VBMI
+ * turns them off). They differ only in how the weights are decoded, so they
+ * must agree bit for bit; on a CPU without both extensions both tables hold
+ * the same kernel and this checks nothing, which it says. */
 static void test_avx512_vbmi_same(void **state) {
     (void)state;
 #if defined(__x86_64__)
@@ -784,7 +784,8 @@ static void test_avx512_vbmi_same(void **state) {
         print_message("no AVX-512 here: VBMI comparison not run\n");
         return;
     }
-    if (!__builtin_cpu_supports("avx512vbmi")) print_message("no AVX512-VBMI here: both tables hold the same kernels\n");
+    if (!__builtin_cpu_supports("avx512vbmi") || !__builtin_cpu_supports("gfni"))
+        print_message("no AVX512-VBMI + GFNI here: both tables hold the same kernels\n");
     static kern_table_t plain;
     setenv("TERN_NO_VBMI", "1", 1);
     kern_register_legacy(plain);

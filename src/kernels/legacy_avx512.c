@@ -137,6 +137,9 @@ typedef struct {
     uint8_t sbc[64];  /* the same as a byte permute (VBMI) */
     uint8_t qs[64];  /* byte permute: quants 16j..16j+15 = block j's qs (VBMI) */
     uint8_t qs8[64]; /* Q8_0 quants 16..31, from windows at 8 and 72 (VBMI) */
+    /* The bytes of each byte permute that come from the second window
+     * (index bit 6), for perm2: */
+    uint64_t msb, msbc, mqs, mqs8;
 } perm_t;
 static perm_t g_perm[FMT_COUNT] __attribute__((aligned(64)));
 
@@ -185,6 +188,14 @@ static void perm_init(void) {
                 if (f == FMT_Q8_0) p->qs8[16 * j + i] = (uint8_t)win_index(j * bs + k_fmt[f].qoff + 16 + i, 8, 72);
             }
         }
+        for (int i = 0; i < 64; i++) {
+            p->msb |= (uint64_t)(p->sb[i] >> 6) << i;
+            p->msbc |= (uint64_t)(p->sbc[i] >> 6) << i;
+            p->mqs |= (uint64_t)(p->qs[i] >> 6) << i;
+            p->mqs8 |= (uint64_t)(p->qs8[i] >> 6) << i;
+        }
+        /* grp_vbmi_x reads the scales of these from the first window alone */
+        if (f == FMT_Q4_0 || f == FMT_Q4_1) TERN_CHECK(p->msb == 0 && p->msbc == 0);
     }
 }
 
@@ -222,26 +233,48 @@ ALWAYS_INLINE wgroup_t grp_plain_x(const uint8_t *w, int f, bool compact) {
     return g;
 }
 
-/* AVX512-VBMI: the quants too come from the two windows, by one vpermt2b
- * in place of a load and three inserts (shuffle-port ops). Same values as
- * grp_plain, so the choice changes speed, not results. */
-#define VBMI __attribute__((target("avx512vbmi")))
-#define ALWAYS_INLINE_VBMI static inline __attribute__((always_inline, target("avx512vbmi")))
+/* AVX512-VBMI + GFNI (Ice Lake and later, Zen 4 and later): the quants too
+ * come from the two windows by byte permutes, in place of a load and three
+ * inserts, and the high nibbles take one GF(2) affine op in place of a shift
+ * and a mask. Same values as grp_plain, so the choice changes speed, not
+ * results. */
+#define VBMI __attribute__((target("avx512vbmi,gfni")))
+#define ALWAYS_INLINE_VBMI static inline __attribute__((always_inline, target("avx512vbmi,gfni")))
+
+/* The two-window permute (index bit 6 picks b) as two one-window ones:
+ * on the development machine (Sapphire Rapids class) a vpermt2b takes two
+ * cycles of the shuffle port and a vpermb one, and a byte that comes from b
+ * is often one of a few (mb: those bytes). */
+ALWAYS_INLINE_VBMI __m512i perm2(__m512i a, __m512i b, const uint8_t *idx, uint64_t mb) {
+    const __m512i i = _mm512_load_si512(idx);
+    return _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(i, a), (__mmask64)mb, i, b);
+}
+
+/* Unsigned nibbles; the high ones by the affine map whose matrix moves
+ * bits 4..7 of each byte to 0..3 (result bit i = parity of the source
+ * byte AND matrix byte 7 - i). */
+ALWAYS_INLINE_VBMI void nibbles_gf(__m512i v, wgroup_t *g) {
+    g->lo = _mm512_and_si512(v, _mm512_set1_epi8(15));
+    g->hi = _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(0x1020408000000000ll), 0);
+}
 
 ALWAYS_INLINE_VBMI wgroup_t grp_vbmi_x(const uint8_t *w, int f, bool compact) {
     wgroup_t g;
+    const perm_t *pm = &g_perm[f];
     const __m512i a = _mm512_loadu_si512(w), b = _mm512_loadu_si512(w + win1(f));
-    g.sc = _mm512_permutex2var_epi8(a, _mm512_load_si512(compact ? g_perm[f].sbc : g_perm[f].sb), b);
-    const __m512i v = _mm512_permutex2var_epi8(a, _mm512_load_si512(g_perm[f].qs), b);
+    if (f == FMT_Q4_0 || f == FMT_Q4_1) /* every scale in the first window (perm_init checks) */
+        g.sc = _mm512_permutexvar_epi8(_mm512_load_si512(compact ? pm->sbc : pm->sb), a);
+    else
+        g.sc = compact ? perm2(a, b, pm->sbc, pm->msbc) : perm2(a, b, pm->sb, pm->msb);
+    const __m512i v = perm2(a, b, pm->qs, pm->mqs);
     if (f == FMT_Q8_0) {
         const __m512i s = _mm512_set1_epi8((char)0x80);
-        const __m512i v2 = _mm512_permutex2var_epi8(_mm512_loadu_si512(w + 8), _mm512_load_si512(g_perm[f].qs8),
-                                                    _mm512_loadu_si512(w + 72));
+        const __m512i v2 = perm2(_mm512_loadu_si512(w + 8), _mm512_loadu_si512(w + 72), pm->qs8, pm->mqs8);
         g.lo = _mm512_xor_si512(v, s);
         g.hi = _mm512_xor_si512(v2, s);
         return g;
     }
-    nibbles(v, &g);
+    nibbles_gf(v, &g);
     if (f == FMT_Q5_0 || f == FMT_Q5_1) fifth_bits(w, f, &g);
     return g;
 }
@@ -953,9 +986,10 @@ void legacy_register_blocks_avx512(kern_table_t t) {
     t[TYPE_Q5_0][ISA_AVX512] = (kern_ops_t){dot_q5_0_avx512, act_q8_0_avx512, &gemm_q5_0};
     t[TYPE_Q5_1][ISA_AVX512] = (kern_ops_t){dot_q5_1_avx512, act_q8_1_avx512, &gemm_q5_1};
     t[TYPE_Q8_0][ISA_AVX512] = (kern_ops_t){dot_q8_0_avx512, act_q8_0_avx512, &gemm_q8_0};
-    /* The VBMI variants compute exactly what the plain ones do (only the
-     * quants' load differs), so the choice changes speed, not results. */
-    if (getenv("TERN_NO_VBMI") == NULL && __builtin_cpu_supports("avx512vbmi")) {
+    /* The VBMI (+ GFNI) variants compute exactly what the plain ones do
+     * (only the decode's instructions differ), so the choice changes speed,
+     * not results. */
+    if (getenv("TERN_NO_VBMI") == NULL && __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni")) {
         t[TYPE_Q4_0][ISA_AVX512].dot = dot_q4_0_vbmi;
         t[TYPE_Q4_1][ISA_AVX512].dot = dot_q4_1_vbmi;
         t[TYPE_Q5_0][ISA_AVX512].dot = dot_q5_0_vbmi;
