@@ -15,18 +15,22 @@
  *            (fewer rows for a kernel too slow to run 1024 in ~0.1 s).
  *            x_matvec = GEMM GFLOP/s over matvec GFLOP/s: how much faster
  *            per column prefill is than decode.
- * Each timing is the best of a few passes (the minimum is the least noisy
+ * GEMM timings are the best of a few calls (the minimum is the least noisy
  * estimate of what the code can do).
  *
- * Paired probe: on a shared machine the bandwidth left to us drifts by tens
- * of percent within seconds (other tenants' memory traffic; it shows as
- * neither steal nor load here), so a matvec compared with the probe taken
- * at the start can look 20 points better or worse than it is. Each matvec
- * measurement is therefore bracketed by the probe's winning pattern re-run
- * over the same working set right before and right after it, and also
- * reported against the larger of those two (probe_now / pct_of_probe_now),
- * which cannot flatter the kernel more than a probe taken at the start does
- * when the machine is steady. pct_of_probe stays the start-of-run figure.
+ * Paired rounds: on a shared machine the bandwidth left to us drifts by
+ * tens of percent within seconds (other tenants' memory traffic; it shows
+ * as neither steal nor load here), so a matvec compared with the probe
+ * taken at the start of the run can look 20 points better or worse than it
+ * is. The matvec is therefore measured in rounds: each round runs, back to
+ * back, one pass of the probe's winning pattern, a slice of matvecs and a
+ * slice of matvec2 calls, each over a different quarter of the working set
+ * (so nothing is read again before three other quarters have been: no
+ * last-level-cache hits), about 10-50 ms each. Every round gives a ratio
+ * taken at one moment (matvec / probe, matvec2 / matvec); the medians over
+ * the rounds are reported (pct_of_probe_now, with the lowest and highest
+ * round; matvec2 ratio), and gbps is the median matvec slice. pct_of_probe
+ * is against the start-of-run probe.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -53,7 +57,7 @@ typedef struct {
     int threads;
     int64_t n; /* 0: none */
     double gbps, pct, gflops, ns, ratio, x_matvec; /* NaN: none */
-    double probe_now, pct_now; /* matvec: the paired probe (see below) and % of it */
+    double probe_now, pct_now, pct_lo, pct_hi; /* matvec: the paired probe (see above) and % of it */
 } rec_t;
 
 typedef struct {
@@ -70,7 +74,7 @@ static rec_t *rec_add(recs_t *r, const char *op, int format, int isa, int thread
         r->cap = cap;
     }
     rec_t *e = &r->v[r->n++];
-    *e = (rec_t){op, format, isa, threads, 0, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+    *e = (rec_t){op, format, isa, threads, 0, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
     return e;
 }
 
@@ -78,7 +82,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: tern bench kernels [--json] [--quick] [--format LIST] [--isa LIST] [--set-mb N]\n"
             "  --json         print a JSON array of measurements instead of markdown\n"
-            "  --quick        fewer passes, a 512 MiB working set, GEMM up to N = 64\n"
+            "  --quick        fewer rounds, a 512 MiB working set, GEMM up to N = 64\n"
             "  --format LIST  comma-separated formats (default: every weight format)\n"
             "  --isa LIST     comma-separated ISAs among scalar,avx2,avx512 (default: all this CPU has)\n"
             "  --set-mb N     matvec working set in MiB (default 1024; keep it >> the LLC)\n");
@@ -125,7 +129,7 @@ static int wset_make(wset_t *w, int type, size_t set_bytes) {
     if (!w->row_bytes) return -1;
     w->mat_bytes = w->row_bytes * BK_ROWS;
     w->nmat = (int)((set_bytes + w->mat_bytes - 1) / w->mat_bytes);
-    if (w->nmat < 2) w->nmat = 2;
+    if (w->nmat < 4) w->nmat = 4; /* four quarters (paired rounds) */
     w->bytes = w->mat_bytes * (size_t)w->nmat;
     const int tile_rows = 64;
     char *tile = tern_alloc(w->row_bytes * tile_rows);
@@ -165,40 +169,78 @@ typedef struct {
     float *gx, *gy;         /* BK_MAX_N columns */
 } bufs_t;
 
-/* Best rate (bytes of weights per ns = GB/s) of `passes` passes. A pass
- * runs matvecs over the matrices of the set in a cycle that continues from
- * where the last pass stopped (so no pass finds its weights in cache), and
- * ends after the whole set or after budget_ns, whichever comes first (and
- * passes stop once they have taken 2 * budget_ns in all): a
- * slow kernel (scalar F16 runs at a fraction of a GB/s) is compute bound,
- * it needs no full GiB to be measured. *ns_per receives the best pass's
- * time per matvec. */
-static double rate_set(tern_pool_t *pool, const wset_t *w, int type, int passes, bool two, double budget_ns,
-                       int *cursor, const bufs_t *b, double *ns_per, tern_error_t *err) {
-    double best = -1.0;
-    const uint64_t start = tern_now_ns();
-    /* More passes only while they are cheap: a budget-limited kernel is
-     * compute bound and repeats the same number. */
-    for (int p = 0; p < passes && (p == 0 || (double)(tern_now_ns() - start) < 2.0 * budget_ns); p++) {
-        const uint64_t t0 = tern_now_ns();
-        uint64_t t = t0;
-        int done = 0;
-        while (done < w->nmat && (done == 0 || (double)(t - t0) < budget_ns)) {
-            kern_mat_t m = wset_mat(w, type, *cursor, BK_ROWS);
-            int rc = two ? kern_matvec2(pool, &m, b->x, b->x2, b->y, b->y2, err)
-                         : kern_matvec(pool, &m, b->x, b->y, err);
-            if (rc) return -1.0;
-            *cursor = (*cursor + 1) % w->nmat;
-            done++;
-            t = tern_now_ns();
-        }
-        const double rate = (double)w->mat_bytes * done / (double)(t - t0);
-        if (rate > best) {
-            best = rate;
-            *ns_per = (double)(t - t0) / done;
-        }
+/* The quarters of the working set for the paired rounds: quarter q holds
+ * matrices [q * per, (q + 1) * per). */
+static int wset_per_quarter(const wset_t *w) {
+    return w->nmat / 4;
+}
+
+/* One slice: matvecs (two: matvec2) over the matrices of quarter q from
+ * its first on, until the quarter ends or budget_ns has passed (at least
+ * one call; a slow kernel is compute bound and needs no full quarter to be
+ * measured). Returns GB/s of weights (bytes per ns), or -1 on error. */
+static double slice_gbps(tern_pool_t *pool, const wset_t *w, int type, int q, bool two, double budget_ns,
+                         const bufs_t *b, tern_error_t *err) {
+    const int per = wset_per_quarter(w);
+    const uint64_t t0 = tern_now_ns();
+    uint64_t t = t0;
+    int done = 0;
+    while (done < per && (done == 0 || (double)(t - t0) < budget_ns)) {
+        kern_mat_t m = wset_mat(w, type, q * per + done, BK_ROWS);
+        int rc = two ? kern_matvec2(pool, &m, b->x, b->x2, b->y, b->y2, err) : kern_matvec(pool, &m, b->x, b->y, err);
+        if (rc) return -1.0;
+        done++;
+        t = tern_now_ns();
     }
-    return best;
+    return (double)w->mat_bytes * done / (double)(t - t0);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of v[0..n-1] (n >= 1; sorts v). */
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+#define BK_MAX_ROUNDS 15
+typedef struct {
+    double mv_gbps, mv2_gbps; /* median slices */
+    double probe_gbps;        /* median probe pass */
+    double pct_now, pct_lo, pct_hi; /* 100 * matvec / probe of the same round: median, lowest, highest */
+    double mv2_ratio;         /* median of matvec2 time / matvec time per matrix, same round */
+} rounds_t;
+
+/* The paired rounds of the header comment. Returns 0, or -1 with err set
+ * (a kernel error) or err->code == 0 (the probe failed). */
+static int run_rounds(tern_pool_t *pool, int threads, const wset_t *w, int type, int rounds, double budget_ns,
+                      const bufs_t *b, rounds_t *out, tern_error_t *err) {
+    double P[BK_MAX_ROUNDS], M[BK_MAX_ROUNDS], M2[BK_MAX_ROUNDS], R[BK_MAX_ROUNDS], C[BK_MAX_ROUNDS];
+    const size_t qbytes = (size_t)wset_per_quarter(w) * w->mat_bytes;
+    TERN_CHECK(rounds >= 1 && rounds <= BK_MAX_ROUNDS);
+    for (int i = 0; i < rounds; i++) {
+        /* op k of the run uses quarter k mod 4: three ops per round */
+        const int q = (3 * i) % 4;
+        P[i] = bench_probe_pass_gbps(threads, w->buf + (size_t)q * qbytes, qbytes);
+        if (P[i] <= 0) return -1;
+        M[i] = slice_gbps(pool, w, type, (q + 1) % 4, false, budget_ns, b, err);
+        if (M[i] < 0) return -1;
+        M2[i] = slice_gbps(pool, w, type, (q + 2) % 4, true, budget_ns, b, err);
+        if (M2[i] < 0) return -1;
+        R[i] = 100.0 * M[i] / P[i];
+        C[i] = M[i] / M2[i];
+    }
+    out->mv_gbps = median(M, rounds);
+    out->mv2_gbps = median(M2, rounds);
+    out->probe_gbps = median(P, rounds);
+    out->pct_now = median(R, rounds); /* sorted now */
+    out->pct_lo = R[0];
+    out->pct_hi = R[rounds - 1];
+    out->mv2_ratio = median(C, rounds);
+    return 0;
 }
 
 /* Best ns of one GEMM call, repeated for at least min_ns in all. */
@@ -239,6 +281,8 @@ static void print_json(const recs_t *r) {
         print_num(stdout, "x_matvec", e->x_matvec, &first);
         print_num(stdout, "probe_now_gbps", e->probe_now, &first);
         print_num(stdout, "pct_of_probe_now", e->pct_now, &first);
+        print_num(stdout, "pct_of_probe_now_min", e->pct_lo, &first);
+        print_num(stdout, "pct_of_probe_now_max", e->pct_hi, &first);
         printf("}%s\n", i + 1 < r->n ? "," : "");
     }
     printf("]\n");
@@ -269,7 +313,7 @@ static void print_markdown(const recs_t *r, const int64_t *ns, int n_ns, size_t 
         if (!strcmp(r->v[i].op, "probe")) printf("| %d | %.1f |\n", r->v[i].threads, r->v[i].gbps);
     printf("\n## Kernels (matvec %d x %d over a %.0f MiB working set; GEMM %d x %d, GFLOP/s)\n\n", BK_ROWS, BK_K,
            (double)set_bytes / 1048576.0, BK_GEMM_ROWS, BK_K);
-    printf("| format | isa | t | matvec GB/s | %% of probe | probe now | %% of probe now | matvec2 / matvec |");
+    printf("| format | isa | t | matvec GB/s | %% of probe | probe now | %% of probe now (lowest-highest round) | matvec2 / matvec |");
     for (int i = 0; i < n_ns; i++) printf(" gemm N=%lld |", (long long)ns[i]);
     printf(" gemm64 / matvec |\n|---|---|---:|---:|---:|---:|---:|---:|");
     for (int i = 0; i < n_ns; i++) printf("---:|");
@@ -281,7 +325,10 @@ static void print_markdown(const recs_t *r, const int64_t *ns, int n_ns, size_t 
         cell(e->gbps, "%.1f");
         cell(e->pct, "%.0f%%");
         cell(e->probe_now, "%.1f");
-        cell(e->pct_now, "%.0f%%");
+        if (isnan(e->pct_now))
+            printf(" - |");
+        else
+            printf(" %.0f%% (%.0f-%.0f) |", e->pct_now, e->pct_lo, e->pct_hi);
         const rec_t *m2 = find(r, "matvec2", e->format, e->isa, e->threads, 0);
         cell(m2 ? m2->ratio : NAN, "%.2f");
         for (int j = 0; j < n_ns; j++) {
@@ -347,9 +394,9 @@ int bench_kernels_main(int argc, char **argv) {
     }
     const int64_t all_ns[] = {1, 16, 64, 512};
     const int n_ns = quick ? 3 : 4;
-    const int passes = quick ? 1 : 3;
+    const int rounds = quick ? 7 : BK_MAX_ROUNDS;
     const double gemm_min_ns = quick ? 2e7 : 1e8;
-    const double set_budget_ns = quick ? 2e8 : 4e8;
+    const double slice_budget_ns = 5e7;
 
     recs_t recs = {0};
     int rc = 0;
@@ -424,40 +471,43 @@ int bench_kernels_main(int argc, char **argv) {
                 }
             }
             kern_isa_set(isa);
-            int cursor = 0;
             for (int t = 1; t <= BK_THREADS; t++) {
                 tern_pool_t *p = pools[t];
                 kern_mat_t m0 = wset_mat(&w, type, 0, BK_ROWS);
                 if (kern_matvec(p, &m0, b.x, b.y, &err)) goto kerr; /* warm-up: code, workspace */
-                double mv_ns, mv2_ns;
-                const double pr0 = bench_probe_again_gbps(t, w.buf, w.bytes);
-                const double mv = rate_set(p, &w, type, passes, false, set_budget_ns, &cursor, &b, &mv_ns, &err);
-                if (mv < 0) goto kerr;
-                const double pr1 = bench_probe_again_gbps(t, w.buf, w.bytes);
-                const double pr_now = pr0 > pr1 ? pr0 : pr1;
-                const double mv2 = rate_set(p, &w, type, passes, true, set_budget_ns, &cursor, &b, &mv2_ns, &err);
-                if (mv2 < 0) goto kerr;
+                rounds_t rr;
+                err.code = 0;
+                if (run_rounds(p, t, &w, type, rounds, slice_budget_ns, &b, &rr, &err)) {
+                    if (err.code) goto kerr;
+                    fprintf(stderr, "tern bench kernels: probe pass failed\n");
+                    rc = 1;
+                    break;
+                }
                 const double flops_mat = 2.0 * BK_ROWS * BK_K;
+                const double mv_ns = (double)w.mat_bytes / rr.mv_gbps, mv2_ns = (double)w.mat_bytes / rr.mv2_gbps;
                 rec_t *e = rec_add(&recs, "matvec", type, isa, t);
                 if (!e) goto oom;
-                e->gbps = mv;
+                e->gbps = rr.mv_gbps;
                 e->pct = 100.0 * e->gbps / probe[t];
-                if (pr_now > 0) {
-                    e->probe_now = pr_now;
-                    e->pct_now = 100.0 * e->gbps / pr_now;
-                }
+                e->probe_now = rr.probe_gbps;
+                e->pct_now = rr.pct_now;
+                e->pct_lo = rr.pct_lo;
+                e->pct_hi = rr.pct_hi;
                 e->gflops = flops_mat / mv_ns;
                 e->ns = mv_ns;
                 const double mv_gflops = e->gflops;
-                fprintf(stderr, "%s/%s t=%d: matvec %.1f GB/s (%.0f%% of probe, %.0f%% of probe now), matvec2 %.2fx",
-                        quant_name(type), kern_isa_name(isa), t, e->gbps, e->pct, e->pct_now, mv2_ns / mv_ns);
+                fprintf(stderr,
+                        "%s/%s t=%d: matvec %.1f GB/s (%.0f%% of probe, %.0f%% of probe now, rounds %.0f-%.0f%%), "
+                        "matvec2 %.2fx",
+                        quant_name(type), kern_isa_name(isa), t, e->gbps, e->pct, e->pct_now, e->pct_lo, e->pct_hi,
+                        rr.mv2_ratio);
                 e = rec_add(&recs, "matvec2", type, isa, t);
                 if (!e) goto oom;
-                e->gbps = mv2;
+                e->gbps = rr.mv2_gbps;
                 e->pct = 100.0 * e->gbps / probe[t];
                 e->gflops = 2.0 * flops_mat / mv2_ns;
                 e->ns = mv2_ns;
-                e->ratio = mv2_ns / mv_ns;
+                e->ratio = rr.mv2_ratio;
                 /* GEMM rows shrink for slow kernels so that one call stays
                  * near the time budget (GFLOP/s does not depend on rows
                  * once they are many; the weights are cache-resident here

@@ -141,7 +141,7 @@ PROBE_PF_FN(read_avx512_pf4k, 4096)
 #endif
 
 typedef struct {
-    int threads, streams, idx;
+    int threads, streams, idx, reps;
     const char *base;
     size_t slice; /* bytes per thread, multiple of streams * 64 */
     read_fn fn;
@@ -164,7 +164,7 @@ static void probe_run(probe_ctx_t *c, int idx) {
     const size_t stride = c->slice / (size_t)c->streams;
     const size_t n64 = stride / 64;
     uint64_t acc = 0;
-    for (int r = 0; r < PROBE_REPS; r++) {
+    for (int r = 0; r < c->reps; r++) {
         pthread_barrier_wait(c->bar);
         if (idx == 0) c->t_start[r] = tern_now_ns();
         acc ^= c->fn(p, stride, c->streams, n64);
@@ -180,8 +180,8 @@ static void *probe_thread(void *v) {
     return NULL;
 }
 
-/* Best GB/s of PROBE_REPS passes with a given stream count. */
-static double probe_once(const void *buf, int threads, size_t bytes, int streams, read_fn fn) {
+/* Best GB/s of reps (<= PROBE_REPS) passes with a given stream count. */
+static double probe_once(const void *buf, int threads, size_t bytes, int streams, read_fn fn, int reps) {
     static probe_ctx_t c; /* large (t_end); static to keep it off the stack */
     pthread_barrier_t bar;
     if (pthread_barrier_init(&bar, NULL, (unsigned)threads) != 0) return -1.0;
@@ -189,6 +189,7 @@ static double probe_once(const void *buf, int threads, size_t bytes, int streams
     atomic_init(&c.go, 0);
     c.threads = threads;
     c.streams = streams;
+    c.reps = reps;
     c.base = buf;
     c.slice = bytes / (size_t)threads / ((size_t)streams * 64) * ((size_t)streams * 64);
     c.fn = fn;
@@ -219,7 +220,7 @@ static double probe_once(const void *buf, int threads, size_t bytes, int streams
     pthread_barrier_destroy(&bar);
     double best = 0.0;
     const double total = (double)c.slice * threads;
-    for (int r = 0; r < PROBE_REPS; r++) {
+    for (int r = 0; r < reps; r++) {
         uint64_t end = 0;
         for (int i = 0; i < threads; i++) end = c.t_end[i][r] > end ? c.t_end[i][r] : end;
         double s = (double)(end - c.t_start[r]) * 1e-9;
@@ -228,7 +229,7 @@ static double probe_once(const void *buf, int threads, size_t bytes, int streams
     return best;
 }
 
-/* The fastest pattern found per thread count, for bench_probe_again_gbps. */
+/* The fastest pattern found per thread count, for bench_probe_pass_gbps. */
 typedef struct {
     read_fn fn;
     int streams;
@@ -261,7 +262,7 @@ double bench_probe_read_gbps(int threads, size_t bytes) {
     double best = -1.0;
     for (int v = 0; v < 3 && fns[v]; v++)
         for (size_t i = 0; i < sizeof streams / sizeof streams[0]; i++) {
-            double g = probe_once(g_buf, threads, bytes, streams[i], fns[v]);
+            double g = probe_once(g_buf, threads, bytes, streams[i], fns[v], PROBE_REPS);
             if (g > best) {
                 best = g;
                 g_best[threads] = (best_t){fns[v], streams[i]};
@@ -270,9 +271,9 @@ double bench_probe_read_gbps(int threads, size_t bytes) {
     return best;
 }
 
-double bench_probe_again_gbps(int threads, const void *buf, size_t bytes) {
+double bench_probe_pass_gbps(int threads, const void *buf, size_t bytes) {
     if (threads < 1 || threads > PROBE_MAX_THREADS || !buf || bytes < (size_t)threads * PROBE_MAX_STREAMS * 64 ||
         !g_best[threads].fn)
         return -1.0;
-    return probe_once(buf, threads, bytes, g_best[threads].streams, g_best[threads].fn);
+    return probe_once(buf, threads, bytes, g_best[threads].streams, g_best[threads].fn, 1);
 }

@@ -20,15 +20,15 @@
 double bench_probe_read_gbps(int threads, size_t bytes);
 void bench_probe_release(void);
 
-/* The pattern that won the last bench_probe_read_gbps(threads, ...) call,
- * run again (a few repetitions, the best kept) over the caller's buffer buf
- * of bytes (>> the last-level cache; only read). On a shared machine the
- * bandwidth left to us drifts by tens of percent within seconds, so a kernel
- * is best compared with a probe taken right before and after it over the
- * same memory (the bench keeps the larger of the two, so the pairing cannot
- * flatter the kernel). Negative if no pattern is known for threads yet, or
- * on failure. Not thread-safe. */
-double bench_probe_again_gbps(int threads, const void *buf, size_t bytes);
+/* One pass of the pattern that won the last bench_probe_read_gbps(threads,
+ * ...) call over the caller's buffer buf of bytes (only read). On a shared
+ * machine the bandwidth left to us drifts by tens of percent within
+ * seconds, so a kernel is best compared with passes taken moments before
+ * it over memory of the same kind (see bench_kernels.c). One pass, not the
+ * best of several: a second pass over a buffer smaller than the last-level
+ * cache would partly hit in it. Negative if no pattern is known for threads
+ * yet, or on failure. Not thread-safe. */
+double bench_probe_pass_gbps(int threads, const void *buf, size_t bytes);
 
 /* A large buffer allocated the way the probe allocates its own (anonymous
  * mmap, transparent huge pages requested, faulted in), so that kernels
