@@ -102,6 +102,7 @@ void legacy_register_blocks_avx512(kern_table_t t);
 kern_rows_fn legacy_rows_avx2(kern_dot_fn dot);
 kern_rows_fn legacy_rows_avx512(kern_dot_fn dot);
 kern_rows_fn float_rows_avx512(kern_dot_fn dot); /* float_avx512.c */
+kern_rows_fn float_rows_avx2(kern_dot_fn dot);   /* float_avx2.c */
 #endif
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * legacy_avx2.c - AVX2 + FMA + F16C dot products and activation quantizers
- * for F32, F16, BF16 and the 32-element block formats (see legacy_ref.c for
- * the scalar oracle and the arithmetic they follow).
+ * for the 32-element block formats (see legacy_ref.c for the scalar oracle
+ * and the arithmetic they follow; the float formats are in float_avx2.c).
  *
  * Block formats: each 32-weight block is decoded once (nibbles by a
  * broadcast load and a per-lane shift), then for every activation column
@@ -12,9 +12,6 @@
  * d_w * d_a; the fp16 scales are read through legacy_fp16_lut (pure loads).
  * Even and odd blocks go to two accumulators so two FMA chains overlap, and
  * the weight stream is prefetched PF_DIST bytes ahead.
- * Float formats: eight elements per vector, four accumulators per column,
- * at most two columns per pass over the row; a partial last vector is
- * zero-padded on both sides.
  * The *_rows kernels (legacy_rows_avx2) run the same per-row work on 2..4
  * rows in lockstep, for the matvec driver's interleaved streams (legacy.h).
  *
@@ -28,177 +25,11 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "avx2_util.h"
 #include "common.h"
 #include "legacy.h"
 #include "prefetch.h"
 #include "rows_entry.h"
-
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-
-/* Fixed reduction order: high half onto low half, then pairs, then lanes. */
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* ---- float formats ------------------------------------------------------ */
-
-/* Accumulators per column: four FMA chains hide the FMA latency. With 16
- * ymm registers that allows two columns per pass, so float calls with more
- * columns make several passes over the (by then cached) weight row; each
- * column's arithmetic is the same whichever pass it is in. */
-enum { FU = 4, FLOAT_COLS = 2 };
-
-/* Eight weights as floats. */
-ALWAYS_INLINE __m256 load8_f32(const void *p) {
-    return _mm256_loadu_ps((const float *)p);
-}
-ALWAYS_INLINE __m256 load8_f16(const void *p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-}
-ALWAYS_INLINE __m256 load8_bf16(const void *p) {
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-}
-
-/* wsz: bytes per weight element; load: one of load8_*. */
-#define FLOAT_DOT(name, wsz, load)                                                                       \
-    ALWAYS_INLINE void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
-                                   float *out) {                                                         \
-        __m256 acc[KERN_MAX_COLS][FU];                                                                   \
-        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) for (int u = 0; u < FU; u++) acc[c][u] =     \
-            _mm256_setzero_ps();                                                                         \
-        int64_t i = 0;                                                                                   \
-        for (; i + 8 * FU <= k; i += 8 * FU) {                                                           \
-            for (int b = 0; b < 8 * FU * (wsz); b += 64) prefetch_ahead(w + i * (wsz) + b, 64);         \
-            _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                       \
-                const __m256 wv = load(w + (i + 8 * u) * (wsz));                                         \
-                _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {                                   \
-                    const float *x = (const float *)(xa + (size_t)c * st) + i + 8 * u;                   \
-                    acc[c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), acc[c][u]);                      \
-                }                                                                                        \
-            }                                                                                            \
-        }                                                                                                \
-        /* Fewer than 8 * FU left: whole vectors, then a zero-padded last one   \
-         * (0 * 0 adds nothing, and garbage past the end cannot make a NaN).    \
-         * u is a constant after unrolling, so acc stays in registers. */      \
-        _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                           \
-            if (i >= k) break;                                                                           \
-            if (i + 8 <= k) {                                                                            \
-                const __m256 wv = load(w + i * (wsz));                                                   \
-                _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {                                   \
-                    const float *x = (const float *)(xa + (size_t)c * st) + i;                           \
-                    acc[c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), acc[c][u]);                      \
-                }                                                                                        \
-            } else {                                                                                     \
-                char wt[8 * 4] = {0};                                                                    \
-                memcpy(wt, w + i * (wsz), (size_t)(k - i) * (wsz));                                      \
-                const __m256 wv = load(wt);                                                              \
-                _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {                                   \
-                    float xt[8] = {0};                                                                   \
-                    memcpy(xt, (const float *)(xa + (size_t)c * st) + i, (size_t)(k - i) * sizeof(float)); \
-                    acc[c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xt), acc[c][u]);                     \
-                }                                                                                        \
-            }                                                                                            \
-            i += 8;                                                                                      \
-        }                                                                                                \
-        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) out[c] = hsum8(                             \
-            _mm256_add_ps(_mm256_add_ps(acc[c][0], acc[c][1]), _mm256_add_ps(acc[c][2], acc[c][3])));    \
-    }
-
-FLOAT_DOT(f32, 4, load8_f32)
-FLOAT_DOT(f16, 2, load8_f16)
-FLOAT_DOT(bf16, 2, load8_bf16)
-
-/* Serve any column count in groups of at most maxc columns, each group with
- * a body specialised for its exact count. */
-#define COLS_ENTRY(name, body, maxc)                                                                     \
-    static void name(int64_t k, const void *w, const void *xa, size_t st, int nc, float *out) {          \
-        const char *x = xa;                                                                              \
-        while (nc > 0) {                                                                                 \
-            const int n = nc < (maxc) ? nc : (maxc);                                                     \
-            /* (maxc) is a constant: bodies for counts above it are never built */                      \
-            if (n == 1)                                                                                  \
-                body(k, w, x, st, 1, out);                                                               \
-            else if (n == 2 || (maxc) < 3)                                                               \
-                body(k, w, x, st, 2, out);                                                               \
-            else if (n == 3 || (maxc) < 4)                                                               \
-                body(k, w, x, st, 3, out);                                                               \
-            else                                                                                         \
-                body(k, w, x, st, 4, out);                                                               \
-            x += (size_t)n * st;                                                                         \
-            out += n;                                                                                    \
-            nc -= n;                                                                                     \
-        }                                                                                                \
-    }
-
-COLS_ENTRY(dot_f32_avx2, f32_cols, FLOAT_COLS)
-COLS_ENTRY(dot_f16_avx2, f16_cols, FLOAT_COLS)
-COLS_ENTRY(dot_bf16_avx2, bf16_cols, FLOAT_COLS)
-
-/* Several rows in lockstep (legacy_rows_for): row r's accumulators see the
- * same operations in the same order as in name##_cols, so each row's result
- * is bit-identical to a one-row call; only the interleaving of the rows'
- * loads differs, which keeps nr prefetch streams going per core. */
-#define FLOAT_ROWS(name, wsz, load)                                                                      \
-    ALWAYS_INLINE void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
-                                   size_t st, const int nc, float *out) {                                \
-        __m256 acc[KERN_MAX_ROWS * 2][FU];                                                               \
-        _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) for (int u = 0; u < FU; u++) acc[j][u] = \
-            _mm256_setzero_ps();                                                                         \
-        int64_t i = 0;                                                                                   \
-        for (; i + 8 * FU <= k; i += 8 * FU) {                                                           \
-            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
-                const char *w = wr[r];                                                                   \
-                for (int b = 0; b < 8 * FU * (wsz); b += 64) prefetch_ahead(w + i * (wsz) + b, 64);     \
-                _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                   \
-                    const __m256 wv = load(w + (i + 8 * u) * (wsz));                                     \
-                    _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                               \
-                        const float *x = (const float *)(xa + (size_t)c * st) + i + 8 * u;               \
-                        acc[r * nc + c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), acc[r * nc + c][u]); \
-                    }                                                                                    \
-                }                                                                                        \
-            }                                                                                            \
-        }                                                                                                \
-        _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                           \
-            if (i >= k) break;                                                                           \
-            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
-                const char *w = wr[r];                                                                   \
-                if (i + 8 <= k) {                                                                        \
-                    const __m256 wv = load(w + i * (wsz));                                               \
-                    _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                               \
-                        const float *x = (const float *)(xa + (size_t)c * st) + i;                       \
-                        acc[r * nc + c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), acc[r * nc + c][u]); \
-                    }                                                                                    \
-                } else {                                                                                 \
-                    char wt[8 * 4] = {0};                                                                \
-                    memcpy(wt, w + i * (wsz), (size_t)(k - i) * (wsz));                                  \
-                    const __m256 wv = load(wt);                                                          \
-                    _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                               \
-                        float xt[8] = {0};                                                               \
-                        memcpy(xt, (const float *)(xa + (size_t)c * st) + i, (size_t)(k - i) * sizeof(float)); \
-                        acc[r * nc + c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xt), acc[r * nc + c][u]); \
-                    }                                                                                    \
-                }                                                                                        \
-            }                                                                                            \
-            i += 8;                                                                                      \
-        }                                                                                                \
-        _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) out[j] = hsum8(                        \
-            _mm256_add_ps(_mm256_add_ps(acc[j][0], acc[j][1]), _mm256_add_ps(acc[j][2], acc[j][3])));    \
-    }
-
-FLOAT_ROWS(f32, 4, load8_f32)
-FLOAT_ROWS(f16, 2, load8_f16)
-FLOAT_ROWS(bf16, 2, load8_bf16)
-
-ROWS_ENTRY(rows_f32_avx2, f32_rows, dot_f32_avx2)
-ROWS_ENTRY(rows_f16_avx2, f16_rows, dot_f16_avx2)
-ROWS_ENTRY(rows_bf16_avx2, bf16_rows, dot_bf16_avx2)
-
-static void act_copy_avx2(const float *x, void *xa, int64_t k) {
-    memcpy(xa, x, (size_t)k * sizeof(float));
-}
 
 /* ---- 32-blocks ------------------------------------------------------------ */
 
@@ -502,12 +333,6 @@ static void act_q8_1_avx2(const float *x, void *xa, int64_t k) {
     }
 }
 
-void legacy_register_float_avx2(kern_table_t t) {
-    t[TYPE_F32][ISA_AVX2] = (kern_ops_t){dot_f32_avx2, act_copy_avx2, NULL};
-    t[TYPE_F16][ISA_AVX2] = (kern_ops_t){dot_f16_avx2, act_copy_avx2, NULL};
-    t[TYPE_BF16][ISA_AVX2] = (kern_ops_t){dot_bf16_avx2, act_copy_avx2, NULL};
-}
-
 void legacy_register_blocks_avx2(kern_table_t t) {
     t[TYPE_Q4_0][ISA_AVX2] = (kern_ops_t){dot_q4_0_avx2, act_q8_0_avx2, NULL};
     t[TYPE_Q4_1][ISA_AVX2] = (kern_ops_t){dot_q4_1_avx2, act_q8_1_avx2, NULL};
@@ -521,7 +346,6 @@ kern_rows_fn legacy_rows_avx2(kern_dot_fn dot) {
         kern_dot_fn dot;
         kern_rows_fn rows;
     } pairs[] = {
-        {dot_f32_avx2, rows_f32_avx2},   {dot_f16_avx2, rows_f16_avx2},   {dot_bf16_avx2, rows_bf16_avx2},
         {dot_q4_0_avx2, rows_q4_0_avx2}, {dot_q4_1_avx2, rows_q4_1_avx2}, {dot_q5_0_avx2, rows_q5_0_avx2},
         {dot_q5_1_avx2, rows_q5_1_avx2}, {dot_q8_0_avx2, rows_q8_0_avx2},
     };

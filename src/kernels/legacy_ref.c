@@ -303,6 +303,7 @@ kern_rows_fn legacy_rows_for(kern_dot_fn dot) {
 #if defined(__x86_64__)
     kern_rows_fn r = legacy_rows_avx512(dot);
     if (!r) r = float_rows_avx512(dot);
+    if (!r) r = float_rows_avx2(dot);
     return r ? r : legacy_rows_avx2(dot);
 #else
     return NULL;
