@@ -16,15 +16,8 @@
 #include "kernels.h"
 #include "prefetch.h"
 #include "rows_entry.h"
+#include "x86_util.h"
 
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
-
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* Fixed order: upper 256 bits onto lower, then as hsum8. */
 static inline float hsum16(__m512 v) {
