@@ -140,8 +140,9 @@ typedef struct {
     /* The bytes of each byte permute that come from the second window
      * (index bit 6), for perm2: */
     uint64_t msb, msbc, mqs, mqs8;
-} perm_t;
-static perm_t g_perm[FMT_COUNT] __attribute__((aligned(64)));
+} __attribute__((aligned(64))) perm_t; /* every element of g_perm 64-aligned (aligned vector loads) */
+static perm_t g_perm[FMT_COUNT];
+_Static_assert(sizeof(perm_t) % 64 == 0, "perm_t keeps its vectors aligned");
 
 static const struct {
     size_t bsz, doff, moff, qoff; /* moff 0: no min */
