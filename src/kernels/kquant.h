@@ -8,10 +8,10 @@
  * decoded once per group, each column's result bit-identical to a
  * one-column call of the same function. Per super-block the integer sums are
  * exact in every ISA (int8 x 4/5/6-bit products, int32 sums); only the float
- * accumulation across super-blocks differs between ISAs (the AVX2 kernels
- * keep one float per lane; the AVX-512 ones reduce each super-block to exact
- * integers and keep one float chain per (row, column), the order their own
- * GEMM follows too: see kquant_avx512.c). The SIMD Q8_K activation quantizers write
+ * accumulation across super-blocks differs from the scalar oracle (the AVX2
+ * and AVX-512 kernels reduce each super-block to exact integers and keep one
+ * float chain per (row, column), the order their own GEMMs follow too: see
+ * kquant_avx512.c and kquant_avx2.c). The SIMD Q8_K activation quantizers write
  * exactly the bytes of the scalar one (quant_quantize_row to TYPE_Q8_K).
  */
 #ifndef TERN_KERNELS_KQUANT_H
