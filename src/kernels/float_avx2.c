@@ -1,17 +1,75 @@
 /*
  * float_avx2.c - AVX2 + FMA + F16C kernels of the F32, F16 and BF16 weights
  * against F32 activations (see legacy_ref.c for the scalar oracle): the dot
- * (1..4 columns, at most two per pass over the row) and the rows function
- * (2..4 rows in lockstep, 1..2 columns, for the matvec driver's interleaved
- * streams, legacy.h).
+ * (1..4 columns), the rows function (2..4 rows in lockstep, 1..2 columns,
+ * for the matvec driver's interleaved streams, legacy.h) and a
+ * register-tiled GEMM, all computing every output with the SAME float
+ * operations in the same order, so that matvec, matvec2 and GEMM agree bit
+ * for bit (kernels.h, "batch invariance").
  *
- * Eight elements per vector, four accumulators per column; a partial last
- * vector is zero-padded on both sides. Multi-column and multi-row calls run
- * each column's and row's operations in the same order as a one-column,
- * one-row call: results are bit-identical to it.
+ * The float order of one output (weight row w, activation column x, row
+ * length k), for every kernel in this file:
+ *   - a 16-lane accumulator held as two 8-lane vectors lo (lanes 0..7) and
+ *     hi (lanes 8..15), both starting at +0.0 in every lane;
+ *   - for s = 0, 1, ..., ceil(k / 16) - 1 in increasing order:
+ *       lo = fma(W_s[0..7], X_s[0..7], lo)
+ *       hi = fma(W_s[8..15], X_s[8..15], hi)
+ *     (one rounding per lane: w * x + acc) where lane l of W_s / X_s holds
+ *     element i = 16 s + l of w / x, converted exactly to float (F16 and
+ *     BF16 values are all floats), and lanes with i >= k hold +0.0 in BOTH
+ *     operands (so the last, ragged step adds 0 * 0 = +0.0 to those lanes;
+ *     garbage past the end can never make a NaN);
+ *   - the result is hsum8(lo + hi) (avx2_util.h): hi added onto lo, then
+ *     the upper 4 lanes onto the lower 4, 2 onto 2, 1 onto 1.
+ * So lane l (0..15) accumulates the elements i with i % 16 == l, in
+ * increasing i, in a single chain. This is exactly the order of
+ * float_avx512.c (its hsum16 is hsum8 of lo + hi), so the AVX2 and AVX-512
+ * float kernels give the same bits as well. Two chains per (row, column)
+ * keep two FMAs in flight in a one-row, one-column dot (it serves leftover
+ * rows only); the rows kernel and the GEMM hide the FMA latency with the
+ * rows and columns computed side by side, each an independent chain.
+ *
+ * GEMM (kern_gemm_t, kernels.h), layouts and loops:
+ *   - prep lays out a group of 16 activation columns (KERN_GEMM_GROUP) as
+ *     k-chunks of GEMM_KC = 256 elements (kpad = k rounded up to 16, the
+ *     last chunk shorter, the elements past k zero): chunk q holds, for
+ *     column c = 0..15, its elements [256 q, 256 q + len_q) contiguously,
+ *     column after column; the columns past the group's last are all zero.
+ *   - run converts GEMM_RB = 6 weight rows at a time to floats in the same
+ *     chunked layout in its scratch (the "panel"; rows past the end and
+ *     elements past k zero). Each weight is converted once per panel (per
+ *     super-block, below), not once per tile of columns.
+ *   - the micro-kernel computes a 3 x 4 tile (3 rows x 4 columns: 12
+ *     accumulators, 3 weight and 1 activation register of the 16 ymm) over
+ *     one chunk and one half (lo: elements 16 s + 0..7, hi: 16 s + 8..15):
+ *     per step of 16 elements 3 + 4 vector loads and 12 FMAs. The lo and hi
+ *     chains of an output are independent, so the tile runs the chunk's lo
+ *     half, then its hi half.
+ *   - loop order of run: super-block of columns (as many 16-column groups
+ *     as fit about GEMM_X_BYTES of prepped activations, which then stay in
+ *     L2), then 6-row panel, then group, then k-chunk, then the 2 row tiles
+ *     x 4 column tiles x 2 halves of the (panel, group) block. Chunk q of
+ *     the panel is packed right before the super-block's first group uses
+ *     it, and the weights two chunks ahead are prefetched meanwhile. One
+ *     chunk of a block (6 x 256 weights, 16 x 256 activations, 192 partial
+ *     accumulators: 28 KB) stays in L1 while its tiles run; the panel stays
+ *     in L2 while the super-block's groups pass over it. A tile's
+ *     accumulators are stored between chunks and reduced by hsum8(lo + hi)
+ *     after the last one.
+ *   - bit-identity with the dot: the same two chains per (row, column), the
+ *     same zero lanes past k (the pack and prep write the zeros the dot's
+ *     zero-padded tail reads), the same reduction; the tiling only decides
+ *     which chains run side by side, never the operations of one chain.
+ * Speed (1024 x 4096, N = 64, one core of a shared Sapphire Rapids VM run
+ * with AVX2 only, FMA peak about 90 GFLOP/s): about 63-74 GFLOP/s in quiet
+ * moments (45-55 under load) for all three formats, against 21-37 for the
+ * former path through the dot in tiles of 4 columns. The one-row,
+ * one-column dot is bound by its two chains' FMA latency (about 18 GFLOP/s,
+ * still above a core's memory stream for every format).
  */
 #if defined(__x86_64__)
 
+#include <stdbool.h>
 #include <string.h>
 
 #include "avx2_util.h"
@@ -20,127 +78,131 @@
 #include "prefetch.h"
 #include "rows_entry.h"
 
-/* ---- float formats ------------------------------------------------------ */
+/* ---- loaders: eight weights from p as floats ---------------------------- */
 
-/* Accumulators per column: four FMA chains hide the FMA latency. With 16
- * ymm registers that allows two columns per pass, so float calls with more
- * columns make several passes over the (by then cached) weight row; each
- * column's arithmetic is the same whichever pass it is in. */
-enum { FU = 4, FLOAT_COLS = 2 };
-
-/* Eight weights as floats. */
 ALWAYS_INLINE __m256 load8_f32(const void *p) {
     return _mm256_loadu_ps((const float *)p);
 }
 ALWAYS_INLINE __m256 load8_f16(const void *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
+/* bf16 is the upper half of a float: zero-extend to 32 bits, shift up. */
 ALWAYS_INLINE __m256 load8_bf16(const void *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 
-/* wsz: bytes per weight element; load: one of load8_*. */
+/* The final reduction of one output's two chains (the header's order). */
+ALWAYS_INLINE float hsum_lohi(__m256 lo, __m256 hi) {
+    return hsum8(_mm256_add_ps(lo, hi));
+}
+
+/* ---- dot: one row, 1..4 columns ---------------------------------------- */
+
+/* Two chains per column (the order of the header). The main loop takes 64
+ * elements per iteration (the weight bytes of one or more cache lines,
+ * prefetched PF_DIST ahead): even vectors go to lo, odd ones to hi. The
+ * rest, the ragged end included, goes 16 at a time; a partial last step is
+ * copied into zeroed temporaries (both operands). Each column's chains see
+ * the same operations whatever nc is. */
 #define FLOAT_DOT(name, wsz, load)                                                                       \
     ALWAYS_INLINE void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
                                    float *out) {                                                         \
-        __m256 acc[KERN_MAX_COLS][FU];                                                                   \
-        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) for (int u = 0; u < FU; u++) acc[c][u] =     \
-            _mm256_setzero_ps();                                                                         \
+        __m256 acc[KERN_MAX_COLS][2];                                                                    \
+        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) acc[c][0] = acc[c][1] = _mm256_setzero_ps(); \
         int64_t i = 0;                                                                                   \
-        for (; i + 8 * FU <= k; i += 8 * FU) {                                                           \
-            for (int b = 0; b < 8 * FU * (wsz); b += 64) prefetch_ahead(w + i * (wsz) + b, 64);         \
-            _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                       \
+        for (; i + 64 <= k; i += 64) {                                                                   \
+            _Pragma("GCC unroll 4") for (int b = 0; b < 64 * (wsz); b += 64)                             \
+                prefetch_ahead(w + i * (wsz) + b, 64);                                                   \
+            _Pragma("GCC unroll 8") for (int u = 0; u < 8; u++) {                                        \
                 const __m256 wv = load(w + (i + 8 * u) * (wsz));                                         \
                 _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {                                   \
                     const float *x = (const float *)(xa + (size_t)c * st) + i + 8 * u;                   \
-                    acc[c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), acc[c][u]);                      \
+                    acc[c][u & 1] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), acc[c][u & 1]);              \
                 }                                                                                        \
             }                                                                                            \
         }                                                                                                \
-        /* Fewer than 8 * FU left: whole vectors, then a zero-padded last one   \
-         * (0 * 0 adds nothing, and garbage past the end cannot make a NaN).    \
-         * u is a constant after unrolling, so acc stays in registers. */      \
-        _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                           \
-            if (i >= k) break;                                                                           \
-            if (i + 8 <= k) {                                                                            \
-                const __m256 wv = load(w + i * (wsz));                                                   \
-                _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {                                   \
-                    const float *x = (const float *)(xa + (size_t)c * st) + i;                           \
-                    acc[c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), acc[c][u]);                      \
+        for (; i < k; i += 16) {                                                                         \
+            if (i + 16 <= k) {                                                                           \
+                _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {                                    \
+                    const __m256 wv = load(w + (i + 8 * h) * (wsz));                                     \
+                    _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {                               \
+                        const float *x = (const float *)(xa + (size_t)c * st) + i + 8 * h;               \
+                        acc[c][h] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), acc[c][h]);                  \
+                    }                                                                                    \
                 }                                                                                        \
             } else {                                                                                     \
-                char wt[8 * 4] = {0};                                                                    \
+                char wt[16 * (wsz)];                                                                     \
+                memset(wt, 0, sizeof wt);                                                                \
                 memcpy(wt, w + i * (wsz), (size_t)(k - i) * (wsz));                                      \
-                const __m256 wv = load(wt);                                                              \
+                const __m256 w0 = load(wt), w1 = load(wt + 8 * (wsz));                                   \
                 _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {                                   \
-                    float xt[8] = {0};                                                                   \
+                    float xt[16] = {0};                                                                  \
                     memcpy(xt, (const float *)(xa + (size_t)c * st) + i, (size_t)(k - i) * sizeof(float)); \
-                    acc[c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xt), acc[c][u]);                     \
+                    acc[c][0] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xt), acc[c][0]);                     \
+                    acc[c][1] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xt + 8), acc[c][1]);                 \
                 }                                                                                        \
             }                                                                                            \
-            i += 8;                                                                                      \
         }                                                                                                \
-        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) out[c] = hsum8(                             \
-            _mm256_add_ps(_mm256_add_ps(acc[c][0], acc[c][1]), _mm256_add_ps(acc[c][2], acc[c][3])));    \
+        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) out[c] = hsum_lohi(acc[c][0], acc[c][1]);   \
     }
 
 FLOAT_DOT(f32, 4, load8_f32)
 FLOAT_DOT(f16, 2, load8_f16)
 FLOAT_DOT(bf16, 2, load8_bf16)
 
-COLS_ENTRY(dot_f32_avx2, f32_cols, FLOAT_COLS)
-COLS_ENTRY(dot_f16_avx2, f16_cols, FLOAT_COLS)
-COLS_ENTRY(dot_bf16_avx2, bf16_cols, FLOAT_COLS)
+COLS_ENTRY(dot_f32_avx2, f32_cols, KERN_MAX_COLS)
+COLS_ENTRY(dot_f16_avx2, f16_cols, KERN_MAX_COLS)
+COLS_ENTRY(dot_bf16_avx2, bf16_cols, KERN_MAX_COLS)
 
-/* Several rows in lockstep (legacy_rows_for): row r's accumulators see the
- * same operations in the same order as in name##_cols, so each row's result
- * is bit-identical to a one-row call; only the interleaving of the rows'
- * loads differs, which keeps nr prefetch streams going per core. */
+/* ---- rows: 2..4 rows in lockstep, 1..2 columns --------------------------- */
+
+/* Row r's chains see the same operations in the same order as in
+ * name##_cols, so each row's result is bit-identical to a one-row call; only
+ * the interleaving of the rows' loads differs, which keeps nr prefetch
+ * streams going per core, and 2 * nr * nc independent FMA chains. */
 #define FLOAT_ROWS(name, wsz, load)                                                                      \
     ALWAYS_INLINE void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
                                    size_t st, const int nc, float *out) {                                \
-        __m256 acc[KERN_MAX_ROWS * 2][FU];                                                               \
-        _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) for (int u = 0; u < FU; u++) acc[j][u] = \
+        __m256 acc[KERN_MAX_ROWS * 2][2];                                                                \
+        _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) acc[j][0] = acc[j][1] =                \
             _mm256_setzero_ps();                                                                         \
         int64_t i = 0;                                                                                   \
-        for (; i + 8 * FU <= k; i += 8 * FU) {                                                           \
+        for (; i + 64 <= k; i += 64) {                                                                   \
             _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
                 const char *w = wr[r];                                                                   \
-                for (int b = 0; b < 8 * FU * (wsz); b += 64) prefetch_ahead(w + i * (wsz) + b, 64);     \
-                _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                   \
+                _Pragma("GCC unroll 4") for (int b = 0; b < 64 * (wsz); b += 64)                         \
+                    prefetch_ahead(w + i * (wsz) + b, 64);                                               \
+                _Pragma("GCC unroll 8") for (int u = 0; u < 8; u++) {                                    \
                     const __m256 wv = load(w + (i + 8 * u) * (wsz));                                     \
                     _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                               \
                         const float *x = (const float *)(xa + (size_t)c * st) + i + 8 * u;               \
-                        acc[r * nc + c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), acc[r * nc + c][u]); \
+                        acc[r * nc + c][u & 1] =                                                         \
+                            _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), acc[r * nc + c][u & 1]);             \
                     }                                                                                    \
                 }                                                                                        \
             }                                                                                            \
         }                                                                                                \
-        _Pragma("GCC unroll 4") for (int u = 0; u < FU; u++) {                                           \
-            if (i >= k) break;                                                                           \
+        for (; i < k; i += 16) {                                                                         \
+            const int64_t v = k - i < 16 ? k - i : 16;                                                   \
+            __m256 x[2][2];                                                                              \
+            _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                                       \
+                float xt[16] = {0};                                                                      \
+                memcpy(xt, (const float *)(xa + (size_t)c * st) + i, (size_t)v * sizeof(float));         \
+                x[c][0] = _mm256_loadu_ps(xt);                                                           \
+                x[c][1] = _mm256_loadu_ps(xt + 8);                                                       \
+            }                                                                                            \
             _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
-                const char *w = wr[r];                                                                   \
-                if (i + 8 <= k) {                                                                        \
-                    const __m256 wv = load(w + i * (wsz));                                               \
-                    _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                               \
-                        const float *x = (const float *)(xa + (size_t)c * st) + i;                       \
-                        acc[r * nc + c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x), acc[r * nc + c][u]); \
-                    }                                                                                    \
-                } else {                                                                                 \
-                    char wt[8 * 4] = {0};                                                                \
-                    memcpy(wt, w + i * (wsz), (size_t)(k - i) * (wsz));                                  \
-                    const __m256 wv = load(wt);                                                          \
-                    _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                               \
-                        float xt[8] = {0};                                                               \
-                        memcpy(xt, (const float *)(xa + (size_t)c * st) + i, (size_t)(k - i) * sizeof(float)); \
-                        acc[r * nc + c][u] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xt), acc[r * nc + c][u]); \
-                    }                                                                                    \
+                char wt[16 * (wsz)];                                                                     \
+                memset(wt, 0, sizeof wt);                                                                \
+                memcpy(wt, (const char *)wr[r] + i * (wsz), (size_t)v * (wsz));                          \
+                const __m256 w0 = load(wt), w1 = load(wt + 8 * (wsz));                                   \
+                _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                                   \
+                    acc[r * nc + c][0] = _mm256_fmadd_ps(w0, x[c][0], acc[r * nc + c][0]);               \
+                    acc[r * nc + c][1] = _mm256_fmadd_ps(w1, x[c][1], acc[r * nc + c][1]);               \
                 }                                                                                        \
             }                                                                                            \
-            i += 8;                                                                                      \
         }                                                                                                \
-        _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) out[j] = hsum8(                        \
-            _mm256_add_ps(_mm256_add_ps(acc[j][0], acc[j][1]), _mm256_add_ps(acc[j][2], acc[j][3])));    \
+        _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) out[j] = hsum_lohi(acc[j][0], acc[j][1]); \
     }
 
 FLOAT_ROWS(f32, 4, load8_f32)
@@ -155,10 +217,230 @@ static void act_copy_avx2(const float *x, void *xa, int64_t k) {
     memcpy(xa, x, (size_t)k * sizeof(float));
 }
 
+/* ---- GEMM ------------------------------------------------------------------ */
+
+/* Blocking (see the header for the loop order):
+ *   GEMM_KC  elements per k-chunk (a multiple of 16);
+ *   GEMM_RB  weight rows per panel (a multiple of the tile's GEMM_TR rows);
+ *   GEMM_GC  columns per group (prep's unit, KERN_GEMM_GROUP);
+ *   GEMM_TR x GEMM_TC  the register tile: 12 accumulators, 3 weight vectors
+ *            and 1 activation vector live, of the 16 ymm registers.
+ * One chunk of a (panel, group) block: GEMM_RB * GEMM_KC weights (6 KB) and
+ * GEMM_GC * GEMM_KC activations (16 KB) as floats, plus 2 * GEMM_RB *
+ * GEMM_GC partial accumulators (6 KB): 28 KB, inside a 32 KB L1. */
+enum { GEMM_KC = 256, GEMM_RB = 6, GEMM_GC = KERN_GEMM_GROUP, GEMM_TR = 3, GEMM_TC = 4 };
+_Static_assert(GEMM_KC % 16 == 0 && GEMM_RB % GEMM_TR == 0 && GEMM_GC % GEMM_TC == 0, "gemm blocking");
+/* Partial accumulators of one tile: both halves of its GEMM_TR x GEMM_TC. */
+#define GEMM_TILE_PART (2 * GEMM_TR * GEMM_TC)
+
+/* Columns per super-block: the prepped activations of one super-block
+ * (about GEMM_X_BYTES) stay in L2 while every panel of the run passes over
+ * them; the price is packing each panel once per super-block. At k = 4096 a
+ * super-block has 64 columns; it has at least one group of 16. */
+#define GEMM_X_BYTES ((int64_t)1 << 20)
+/* The weights of the chunk GEMM_PF_CHUNKS chunks ahead are prefetched into
+ * L2 (not L1, which holds the block) while the first group runs its tiles. */
+#define GEMM_PF_CHUNKS 2
+
+/* Largest k for which the layouts' sizes are computed without overflow (far
+ * beyond any model). */
+#define GEMM_MAX_K ((int64_t)1 << 40)
+
+/* Row length rounded up to whole 16-element steps. */
+static int64_t gemm_kpad(int64_t k) {
+    return (k + 15) & ~(int64_t)15;
+}
+
+/* Length of the chunk starting at element k0 (a multiple of GEMM_KC < kp).
+ * In a chunked layout of `lines` lines (columns or rows), that chunk starts
+ * at k0 * lines floats, since every chunk before it is a full one. */
+static int64_t gemm_chunk_len(int64_t kp, int64_t k0) {
+    return kp - k0 < GEMM_KC ? kp - k0 : GEMM_KC;
+}
+
+static size_t gemm_group_size(int64_t k) {
+    if (k <= 0 || k > GEMM_MAX_K) return 0;
+    return (size_t)gemm_kpad(k) * GEMM_GC * sizeof(float);
+}
+
+/* Scratch of run: the panel (GEMM_RB rows in the chunked layout), then the
+ * partial accumulators of one block. */
+static size_t gemm_scratch_size(int64_t k) {
+    if (k <= 0 || k > GEMM_MAX_K) return 0;
+    return (size_t)gemm_kpad(k) * GEMM_RB * sizeof(float) +
+           (size_t)(GEMM_RB / GEMM_TR) * (GEMM_GC / GEMM_TC) * GEMM_TILE_PART * sizeof(__m256);
+}
+
+static int64_t gemm_super_cols(int64_t kp) {
+    const int64_t c = GEMM_X_BYTES / (kp * (int64_t)sizeof(float)) / GEMM_GC * GEMM_GC;
+    return c < GEMM_GC ? GEMM_GC : c;
+}
+
+/* The group layout of the header from ncols act rows (plain float copies). */
+static void gemm_prep(int64_t k, const void *xa, size_t st, int ncols, void *xg) {
+    const int64_t kp = gemm_kpad(k);
+    float *dst = xg;
+    for (int64_t k0 = 0; k0 < kp; k0 += GEMM_KC) {
+        const int64_t len = gemm_chunk_len(kp, k0), v = k - k0 < len ? k - k0 : len;
+        for (int c = 0; c < GEMM_GC; c++, dst += len) {
+            int64_t done = 0;
+            if (c < ncols) {
+                memcpy(dst, (const float *)((const char *)xa + (size_t)c * st) + k0, (size_t)v * sizeof(float));
+                done = v;
+            }
+            memset(dst + done, 0, (size_t)(len - done) * sizeof(float));
+        }
+    }
+}
+
+/* Pack one row's chunk: len floats (a multiple of 16) at dst, the first v
+ * (0..len) converted from the weights at src, zeros after them. */
+typedef void (*gemm_pack_fn)(const char *src, int64_t v, int64_t len, float *dst);
+#define FLOAT_PACK(name, wsz, load)                                                                      \
+    static void name##_pack(const char *src, int64_t v, int64_t len, float *dst) {                       \
+        int64_t j = 0;                                                                                   \
+        for (; j + 8 <= v; j += 8) _mm256_storeu_ps(dst + j, load(src + j * (wsz)));                     \
+        if (j < v) {                                                                                     \
+            char t[8 * (wsz)];                                                                           \
+            memset(t, 0, sizeof t);                                                                      \
+            memcpy(t, src + j * (wsz), (size_t)(v - j) * (wsz));                                         \
+            _mm256_storeu_ps(dst + j, load(t));                                                          \
+            j += 8;                                                                                      \
+        }                                                                                                \
+        for (; j < len; j += 8) _mm256_storeu_ps(dst + j, _mm256_setzero_ps());                          \
+    }
+
+FLOAT_PACK(f32, 4, load8_f32)
+FLOAT_PACK(f16, 2, load8_f16)
+FLOAT_PACK(bf16, 2, load8_bf16)
+
+/* One 3 x 4 tile over one half h (0: lo, 1: hi; a constant) of one chunk of
+ * len elements: w = the chunk's first row of the tile (rows len floats
+ * apart), x = its first column (columns len floats apart). acc[r][c]
+ * continues the chain (row r, column c, half h): from +0.0 on the first
+ * chunk, else from part[h][r][c]; it goes back to part unless this is the
+ * hi half of the last chunk, which instead writes hsum8(lo + hi) to
+ * y[c * ldy + r] for the rv x cv valid rows x columns (lo from part). Per
+ * step: 3 weight and 4 activation loads, 12 FMAs; every FMA is
+ * fma(weight, activation, acc), as in the dot. */
+ALWAYS_INLINE void gemm_tile(const float *w, const float *x, int64_t len, const int h, __m256 *part, bool first,
+                             bool last, float *y, int64_t ldy, int rv, int cv) {
+    __m256 acc[GEMM_TR][GEMM_TC];
+    __m256 *ph = part + h * GEMM_TR * GEMM_TC;
+    _Pragma("GCC unroll 4") for (int r = 0; r < GEMM_TR; r++) {
+        _Pragma("GCC unroll 4") for (int c = 0; c < GEMM_TC; c++) {
+            acc[r][c] = first ? _mm256_setzero_ps() : _mm256_load_ps((const float *)&ph[r * GEMM_TC + c]);
+        }
+    }
+    for (int64_t i = 8 * h; i < len; i += 16) {
+        __m256 wv[GEMM_TR];
+        _Pragma("GCC unroll 4") for (int r = 0; r < GEMM_TR; r++) wv[r] = _mm256_loadu_ps(w + r * len + i);
+        _Pragma("GCC unroll 4") for (int c = 0; c < GEMM_TC; c++) {
+            const __m256 xv = _mm256_loadu_ps(x + c * len + i);
+            _Pragma("GCC unroll 4") for (int r = 0; r < GEMM_TR; r++) acc[r][c] =
+                _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
+        }
+    }
+    if (!last || h == 0) {
+        _Pragma("GCC unroll 4") for (int r = 0; r < GEMM_TR; r++) {
+            _Pragma("GCC unroll 4") for (int c = 0; c < GEMM_TC; c++) {
+                _mm256_store_ps((float *)&ph[r * GEMM_TC + c], acc[r][c]);
+            }
+        }
+        return;
+    }
+    _Pragma("GCC unroll 4") for (int c = 0; c < GEMM_TC; c++) {
+        if (c >= cv) break;
+        _Pragma("GCC unroll 4") for (int r = 0; r < GEMM_TR; r++) {
+            if (r < rv) y[c * ldy + r] = hsum_lohi(_mm256_load_ps((const float *)&part[r * GEMM_TC + c]), acc[r][c]);
+        }
+    }
+}
+
+/* Ask for the bytes [p, p + n) into L2. Integer arithmetic: p may lie past
+ * the matrix (prefetches never fault). */
+static inline void gemm_prefetch(uintptr_t p, size_t n) {
+    for (size_t b = 0; b < n; b += 64) _mm_prefetch((const char *)(p + b), _MM_HINT_T1);
+}
+
+/* kern_gemm_t.run of the three formats: they differ only in pack (and in
+ * wsz, the bytes of one weight). */
+static void gemm_run(const kern_gemm_args_t *a, const char *w, size_t row_bytes, int64_t nrows, float *y,
+                     int64_t ldy, void *scratch, gemm_pack_fn pack, size_t wsz) {
+    const int64_t k = a->k, n = a->n, kp = gemm_kpad(k);
+    const int64_t nq = (kp + GEMM_KC - 1) / GEMM_KC; /* chunks per row */
+    float *panel = scratch;
+    /* 32-aligned: scratch is 64-aligned and kp * GEMM_RB * 4 is a multiple of 64 */
+    __m256 *part = (__m256 *)(panel + kp * GEMM_RB);
+    const int64_t scols = gemm_super_cols(kp);
+    for (int64_t s0 = 0; s0 < n; s0 += scols) {
+        const int64_t s1 = n - s0 < scols ? n : s0 + scols;
+        for (int64_t r0 = 0; r0 < nrows; r0 += GEMM_RB) {
+            const int nr = nrows - r0 < GEMM_RB ? (int)(nrows - r0) : GEMM_RB;
+            const int rtiles = (nr + GEMM_TR - 1) / GEMM_TR;
+            for (int64_t c0 = s0; c0 < s1; c0 += GEMM_GC) {
+                const int nc = s1 - c0 < GEMM_GC ? (int)(s1 - c0) : GEMM_GC;
+                const int ctiles = (nc + GEMM_TC - 1) / GEMM_TC;
+                const float *xg = (const float *)((const char *)a->xg + (size_t)(c0 / GEMM_GC) * a->xg_group);
+                for (int64_t k0 = 0; k0 < kp; k0 += GEMM_KC) {
+                    const int64_t len = gemm_chunk_len(kp, k0);
+                    float *wq = panel + k0 * GEMM_RB;
+                    const float *xq = xg + k0 * GEMM_GC;
+                    const bool pack_now = c0 == s0, first = k0 == 0, last = k0 + len == kp;
+                    if (pack_now) {
+                        /* The super-block's first group is the first to use
+                         * this chunk of the panel: pack it now (it stays in
+                         * L1 for the tiles below). The rows past nr up to
+                         * the last tile's end are zero. */
+                        const int64_t v = k - k0 < len ? k - k0 : len;
+                        for (int r = 0; r < rtiles * GEMM_TR; r++) {
+                            const int64_t src = r < nr ? r0 + r : r0; /* a padding row reads nothing */
+                            pack(w + (size_t)src * row_bytes + (size_t)k0 * wsz, r < nr ? v : 0, len,
+                                 wq + r * len);
+                        }
+                    }
+                    /* The weights to prefetch (while packing): those of the
+                     * chunk GEMM_PF_CHUNKS on, counting on through the next
+                     * panels (past the run's rows they are unused). */
+                    const int64_t pq = k0 / GEMM_KC + GEMM_PF_CHUNKS;
+                    const int64_t pk = pq % nq * GEMM_KC, prow = r0 + pq / nq * GEMM_RB;
+                    const size_t pf = (size_t)gemm_chunk_len(kp, pk) * wsz;
+                    for (int rt = 0; rt < rtiles; rt++) {
+                        /* A row tile's share at a time, to spread them out. */
+                        if (pack_now)
+                            for (int r = rt * GEMM_TR; r < rt * GEMM_TR + GEMM_TR; r++)
+                                gemm_prefetch((uintptr_t)w + (uintptr_t)(prow + r) * row_bytes + (uintptr_t)pk * wsz,
+                                              pf);
+                        for (int ct = 0; ct < ctiles; ct++) {
+                            const float *wt = wq + rt * GEMM_TR * len, *xt = xq + ct * GEMM_TC * len;
+                            __m256 *pt = part + (rt * (GEMM_GC / GEMM_TC) + ct) * GEMM_TILE_PART;
+                            float *yt = y + (c0 + ct * GEMM_TC) * ldy + r0 + rt * GEMM_TR;
+                            const int rv = nr - rt * GEMM_TR, cv = nc - ct * GEMM_TC;
+                            gemm_tile(wt, xt, len, 0, pt, first, last, yt, ldy, rv, cv);
+                            gemm_tile(wt, xt, len, 1, pt, first, last, yt, ldy, rv, cv);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#define FLOAT_GEMM(name, wsz)                                                                            \
+    static void name##_gemm_run(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, \
+                                float *y, int64_t ldy, void *scratch) {                                  \
+        gemm_run(a, w, row_bytes, nrows, y, ldy, scratch, name##_pack, wsz);                             \
+    }                                                                                                    \
+    static const kern_gemm_t name##_gemm = {gemm_group_size, gemm_prep, gemm_scratch_size, name##_gemm_run};
+
+FLOAT_GEMM(f32, 4)
+FLOAT_GEMM(f16, 2)
+FLOAT_GEMM(bf16, 2)
+
 void legacy_register_float_avx2(kern_table_t t) {
-    t[TYPE_F32][ISA_AVX2] = (kern_ops_t){dot_f32_avx2, act_copy_avx2, NULL};
-    t[TYPE_F16][ISA_AVX2] = (kern_ops_t){dot_f16_avx2, act_copy_avx2, NULL};
-    t[TYPE_BF16][ISA_AVX2] = (kern_ops_t){dot_bf16_avx2, act_copy_avx2, NULL};
+    t[TYPE_F32][ISA_AVX2] = (kern_ops_t){dot_f32_avx2, act_copy_avx2, &f32_gemm};
+    t[TYPE_F16][ISA_AVX2] = (kern_ops_t){dot_f16_avx2, act_copy_avx2, &f16_gemm};
+    t[TYPE_BF16][ISA_AVX2] = (kern_ops_t){dot_bf16_avx2, act_copy_avx2, &bf16_gemm};
 }
 
 kern_rows_fn float_rows_avx2(kern_dot_fn dot) {
