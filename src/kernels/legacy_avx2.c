@@ -1,28 +1,102 @@
 /*
- * legacy_avx2.c - AVX2 + FMA + F16C dot products and activation quantizers
- * for the 32-element block formats (see legacy_ref.c for the scalar oracle
- * and the arithmetic they follow; the float formats are in float_avx2.c).
+ * legacy_avx2.c - AVX2 + FMA + F16C kernels of the 32-element block formats
+ * Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0: the dot (one weight row, 1..4 columns),
+ * the rows function (2..4 rows in lockstep, 1..2 columns, for the matvec
+ * driver), a GEMM for many columns (kern_gemm_t), and the Q8_0 / Q8_1
+ * activation quantizers. legacy_ref.c holds the scalar oracle and legacy.h
+ * the activation row layout that all ISAs share (unchanged here); the float
+ * formats are in float_avx2.c. Only AVX2, FMA and F16C instructions: this
+ * runs on Haswell and Zen 2 (no AVX-VNNI, no AVX-512).
  *
- * Block formats: each 32-weight block is decoded once (nibbles by a
- * broadcast load and a per-lane shift), then for every activation column
- * (whose block is read from the group layout of legacy.h: its two 16-byte
- * halves joined by one insert, d and s as floats) the
- * exact int32 block sum is formed with maddubs and madd (see step_signed /
- * step_offset), converted to float and accumulated with one FMA by
- * d_w * d_a; the fp16 scales are read through legacy_fp16_lut (pure loads).
- * Even and odd blocks go to two accumulators so two FMA chains overlap, and
- * the weight stream is prefetched PF_DIST bytes ahead.
- * The *_rows kernels (legacy_rows_avx2) run the same per-row work on 2..4
- * rows in lockstep, for the matvec driver's interleaved streams (legacy.h).
+ * THE FLOAT ORDER. Every AVX2 kernel of a format computes, for a weight row
+ * and an activation column with blocks b = 0 .. nb-1, exactly this (the
+ * order of legacy_avx512.c, so both x86 ISAs give the same bits):
  *
- * Multi-column calls decode the weights once for all columns. The per-column
- * work is written once (always-inline helpers unrolled over a constant column
- * count), so a column's operations and their order do not depend on how many
- * columns share the call: results are bit-identical to one-column calls.
+ *   I_b   = the exact int32 dot of block b's integer weights (Q4_0: q - 8,
+ *           Q5_0: q - 16, Q4_1 / Q5_1: q, Q8_0: qs, -128 included) and the
+ *           activation block's int8 quants (|I_b| < 2^24: the conversion
+ *           to float is exact);
+ *   s_b   = d_w(b) * d_a(b)                   one float multiply;
+ *   j     = b mod 4;
+ *   acc_j = fma(float(I_b), s_b, acc_j);
+ *   Q4_1 / Q5_1 only, right after:
+ *   acc_j = fma(m_w(b), s_a(b), acc_j)        s_a = the Q8_1 block's s;
+ *
+ * with acc_0..acc_3 starting at +0.0f and blocks visited in increasing
+ * order; the result is (acc_0 + acc_2) + (acc_1 + acc_3). The fp16 weight
+ * scales are read through legacy_fp16_lut (exact). Integer sums are exact
+ * whatever their order, so each kernel forms I_b its own way; the float
+ * operations are the same in all of them, which makes the dot, the rows
+ * function (so kern_matvec and kern_matvec2) and the GEMM bit-identical for
+ * every row and column, at any column count, tiling and thread count (batch
+ * invariance). A zero-padded block (in a partial last group of four) has
+ * I = 0 and zero scales: it adds fma(0, 0, acc_j), which leaves acc_j as it
+ * is (acc_j is never -0: it starts at +0, and an exact zero sum rounds to
+ * -0 only when both terms are -0), so the GEMM skips such blocks where the
+ * dot and rows kernels compute them.
+ *
+ * Why this order: one exact int32 per block is what a GEMM with 8 columns
+ * per vector produces most cheaply (the k-slices of a block are summed in
+ * int16 / int32, then ONE convert, multiply and FMA serve 8 columns x 32
+ * products); the alternatives with several float partials per block (the
+ * previous order: one per 4-element k-slice and lane, or one per half
+ * block) cost the GEMM 2-8 converts and FMAs per block and column octet.
+ * The matvec pays for it with one transposing reduction per act group and
+ * pair of (row, column) units, which the two-blocks-per-vector decode below
+ * more than wins back (measured: matvec faster than with the old order).
+ *
+ * Matvec kernels (dot and rows):
+ *  - Weights are decoded two blocks per vector: lo = [block b's elements
+ *    0..15 | block b+1's 0..15], hi = [b's 16..31 | b+1's 16..31] (one
+ *    16-byte load plus one insert from memory; nibbles by a 16-bit shift
+ *    and masks; the Q5 fifth bits by a byte shuffle of qh). Against them
+ *    the act group's lo[2j..2j+1] / hi[2j..2j+1] are plain 32-byte loads
+ *    shared by all rows: per block pair two maddubs, one int16 add, one
+ *    madd give 8 int32 partials (lane 4L+m: block 2j+L's elements 4m..4m+3
+ *    and 16+4m..16+4m+3), the offset formats add the act row's nsum
+ *    (shifted by log2 of the offset), which covers exactly those lanes.
+ *    Q8_0 moves the weights' signs onto the activations (|w| is maddubs'
+ *    unsigned operand) and widens its two halves separately.
+ *  - A unit is one (row, column). Units go in pairs (u, v): two rows of
+ *    one column (rows function, one column) or two columns of one row;
+ *    treduce4 (6 unpacks, 3 adds) turns the pair's four
+ *    partial vectors of an act group into I in the lanes [u b0, v b0,
+ *    u b2, v b2 | u b1, v b1, u b3, v b3], so ONE convert, multiply and FMA
+ *    serve 2 units x 4 blocks, lane i of the accumulator holding acc_j of
+ *    the block in that lane. d_a comes from the act's dexp by one blend,
+ *    s_a from sexp by one shuffle, d_w and m_w by table broadcasts and
+ *    blends. The end: per 128-bit lane (l0 + l2, l1 + l3), then low + high
+ *    half: (acc_0 + acc_2) + (acc_1 + acc_3) of u in lane 0, of v in lane 1.
+ *    A lone unit takes both slots.
+ *  - Rows and columns are unrolled over constant counts, so each unit gets
+ *    the operations of a one-row, one-column call.
+ *
+ * GEMM (n >= KERN_GEMM_MIN_COLS), lanes = 8 columns:
+ *  - prep lays out each group of 16 columns so that, per block, one vector
+ *    holds the same 4-byte k-slice of 8 columns (an 8 x 8 dword transpose
+ *    per octet and block), followed by the 16 columns' d and, for Q8_0
+ *    acts, minus their block sums (the offset correction) or, for Q8_1,
+ *    their s.
+ *  - run decodes row blocks (GEMM_PANEL_BYTES, kept in L2) into unsigned
+ *    quants in element order (Q8_0: |w| and w) and float scales, then per
+ *    column group, k-chunk of GEMM_KC blocks (whose activations stay in
+ *    L1; accumulators saved between chunks, exact), row and block: 8
+ *    maddubs per column octet with the weights' dword broadcast, summed in
+ *    int16 (Q4: all 8, 16 * 15 * 127 < 2^15; Q5: 4 at a time; Q8_0: the
+ *    sign trick and one madd each), madd to int32, plus the offset
+ *    correction = I for 8 columns; then acc[o][j] = fma(float(I), d_w *
+ *    d_a, acc[o][j]) (and the min FMA): the same float steps as above.
+ *
+ * Exactness relies on |a| <= 127 for the activation quants (the act fns
+ * clamp to +-127), as maddubs must never saturate. The weight streams of
+ * the matvec kernels are prefetched PF_DIST ahead.
  */
 #if defined(__x86_64__)
 
 #include <immintrin.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "avx2_util.h"
@@ -31,225 +105,563 @@
 #include "prefetch.h"
 #include "rows_entry.h"
 
-/* ---- 32-blocks ------------------------------------------------------------ */
+/* ---- 32-blocks: formats ---------------------------------------------------- */
 
 #define LUT(h) (&legacy_fp16_lut[(h)])
 
-/* 32 nibbles of a 16-byte qs: low nibbles -> bytes 0..15, high -> 16..31. */
-ALWAYS_INLINE __m256i nibbles32(const uint8_t *qs) {
-    /* A broadcast from memory is a pure load; the upper copy is shifted by 4
-     * with a per-lane shift, so no shuffle-port insert is needed. */
-    const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
-    return _mm256_and_si256(_mm256_srlv_epi64(v, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(15));
+enum { FMT_Q4_0, FMT_Q4_1, FMT_Q5_0, FMT_Q5_1, FMT_Q8_0 };
+
+_Static_assert(sizeof(block_q4_0) == 18 && offsetof(block_q4_0, qs) == 2, "q4_0");
+_Static_assert(sizeof(block_q4_1) == 20 && offsetof(block_q4_1, m) == 2 && offsetof(block_q4_1, qs) == 4, "q4_1");
+_Static_assert(sizeof(block_q5_0) == 22 && offsetof(block_q5_0, qh) == 2 && offsetof(block_q5_0, qs) == 6, "q5_0");
+_Static_assert(sizeof(block_q5_1) == 24 && offsetof(block_q5_1, m) == 2 && offsetof(block_q5_1, qh) == 4 &&
+                   offsetof(block_q5_1, qs) == 8,
+               "q5_1");
+_Static_assert(sizeof(block_q8_0) == 34 && offsetof(block_q8_0, qs) == 2, "q8_0");
+
+/* Block bytes; offset of qs, of qh (Q5 only); a min (m at offset 2);
+ * log2 of the weight offset (Q4_0: 8, Q5_0: 16; 0: none). d is at 0. */
+ALWAYS_INLINE size_t f_bsz(int f) {
+    return f == FMT_Q4_0 ? 18 : f == FMT_Q4_1 ? 20 : f == FMT_Q5_0 ? 22 : f == FMT_Q5_1 ? 24 : 34;
+}
+ALWAYS_INLINE size_t f_qs(int f) {
+    return f == FMT_Q4_1 ? 4 : f == FMT_Q5_0 ? 6 : f == FMT_Q5_1 ? 8 : 2;
+}
+ALWAYS_INLINE size_t f_qh(int f) {
+    return f == FMT_Q5_0 ? 2 : 4;
+}
+ALWAYS_INLINE bool f_q5(int f) {
+    return f == FMT_Q5_0 || f == FMT_Q5_1;
+}
+ALWAYS_INLINE bool f_min(int f) {
+    return f == FMT_Q4_1 || f == FMT_Q5_1;
+}
+ALWAYS_INLINE int f_sh(int f) {
+    return f == FMT_Q4_0 ? 3 : f == FMT_Q5_0 ? 4 : 0;
 }
 
-/* Byte j = 0xFF when bit j of h is set, else 0. */
-ALWAYS_INLINE __m256i bits_to_bytes(const uint8_t qh[4]) {
-    uint32_t h;
-    memcpy(&h, qh, 4);
-    __m256i v = _mm256_set1_epi32((int)h);
-    v = _mm256_shuffle_epi8(v, _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
-    /* Each byte of the OR mask has every bit set but bit (j mod 8). */
-    v = _mm256_or_si256(v, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+/* The fp16 at p as a float broadcast (a table read: pure loads). */
+ALWAYS_INLINE __m256 lut_bcast(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof(h));
+    return _mm256_broadcast_ss(LUT(h));
+}
+
+/* Two 16-byte pieces: lane 0 from p, lane 1 from p + bsz (the same field
+ * of the next block): one load and one insert from memory (no shuffle). */
+ALWAYS_INLINE __m256i load2x16(const uint8_t *p, size_t bsz) {
+    return _mm256_loadu2_m128i((const __m128i *)(p + bsz), (const __m128i *)p);
+}
+
+/* ---- weights: two blocks per vector ---------------------------------------- */
+
+/* Blocks b (at p) and b+1 (at p + bsz) decoded: lo = [b's elements 0..15 |
+ * b+1's 0..15], hi = [b's 16..31 | b+1's 16..31], as maddubs' unsigned
+ * operand (Q4 / Q5: the quants q; Q8_0: |w|, with the signed w in slo /
+ * shi, whose signs move onto the activations). */
+typedef struct {
+    __m256i lo, hi, slo, shi;
+} wpair_t;
+
+/* Byte e of each lane: 0xFF when bit e + 16 * half of that lane's qh (its
+ * dword 0) is set. */
+ALWAYS_INLINE __m256i qh_mask(__m256i h, int half) {
+    const __m256i sel = half ? _mm256_setr_epi64x(0x0202020202020202, 0x0303030303030303, 0x0202020202020202,
+                                                  0x0303030303030303)
+                             : _mm256_setr_epi64x(0, 0x0101010101010101, 0, 0x0101010101010101);
+    /* Each byte of the OR mask has every bit set but bit (e mod 8). */
+    const __m256i v = _mm256_or_si256(_mm256_shuffle_epi8(h, sel), _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
     return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1));
 }
 
-/* int32 x8 whose total is sum_j u[j] * s[j] (u unsigned, s signed; no int16
- * saturation: |u| <= 128 and |s| <= 127 here). */
-ALWAYS_INLINE __m256i dot_us(__m256i u, __m256i s) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
-
-/* Block ib of an activation row (layout in legacy.h): its 32 quants in
- * block order (one 128-bit insert from the lo / hi halves), d and s. */
-typedef struct {
-    const char *g; /* the group's first byte */
-    size_t j;
-} act_ref_t;
-ALWAYS_INLINE act_ref_t act_at(const char *xa, int64_t ib) {
-    return (act_ref_t){xa + (size_t)(ib / LEGACY_GROUP) * LEGACY_GROUP_BYTES, (size_t)(ib % LEGACY_GROUP)};
-}
-ALWAYS_INLINE __m256i act_qs(act_ref_t a) {
-    return _mm256_loadu2_m128i((const __m128i *)(a.g + LEGACY_OFF_HI + 16 * a.j),
-                               (const __m128i *)(a.g + LEGACY_OFF_LO + 16 * a.j));
-}
-/* d and s: possibly unaligned floats, read by memcpy (one vbroadcastss /
- * vmovss once compiled). */
-ALWAYS_INLINE __m256 act_d(act_ref_t a) {
-    float d;
-    memcpy(&d, a.g + LEGACY_OFF_DEXP + 16 * a.j, sizeof(d));
-    return _mm256_set1_ps(d);
-}
-ALWAYS_INLINE __m128 act_s(act_ref_t a) {
-    float s;
-    memcpy(&s, a.g + LEGACY_OFF_NSUM + 16 * a.j, sizeof(s));
-    return _mm_set_ss(s);
-}
-
-/* Block steps. Every way of forming a column's int32 block sum below is
- * exact (and gives the same value in every int32 lane: the sum over four
- * consecutive bytes), so the float results do not depend on which one runs:
- * the choice is made per column count (a constant after inlining) purely for
- * speed, and one-column and multi-column calls agree bit for bit. After the
- * sum: acc += float(sum) * (d_w * d_a), one FMA per block and column. */
-
-/* Signed weights ws: |w| times a with w's sign moved onto a. */
-ALWAYS_INLINE void step_signed(__m256i ws, fp16_t dw, const char *xa, size_t st, int64_t ib, int nc, __m256 *acc) {
-    const __m256i aw = _mm256_sign_epi8(ws, ws); /* |w|; -128 reads as unsigned 128 */
-    const __m256 dwv = _mm256_broadcast_ss(LUT(dw));
-    _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {
-        const act_ref_t a = act_at(xa + (size_t)c * st, ib);
-        const __m256i as = _mm256_sign_epi8(act_qs(a), ws);
-        const __m256 p = _mm256_cvtepi32_ps(dot_us(aw, as));
-        acc[c] = _mm256_fmadd_ps(p, _mm256_mul_ps(dwv, act_d(a)), acc[c]);
+ALWAYS_INLINE wpair_t wdec(const uint8_t *p, int f) {
+    const size_t bs = f_bsz(f);
+    wpair_t w;
+    if (f == FMT_Q8_0) {
+        w.slo = load2x16(p + 2, bs);
+        w.shi = load2x16(p + 18, bs);
+        w.lo = _mm256_abs_epi8(w.slo); /* -128 reads as unsigned 128 */
+        w.hi = _mm256_abs_epi8(w.shi);
+        return w;
     }
+    const __m256i v = load2x16(p + f_qs(f), bs), m4 = _mm256_set1_epi8(15);
+    w.lo = _mm256_and_si256(v, m4);
+    w.hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    if (f_q5(f)) {
+        /* 16 bytes from qh: dword 0 of each lane is its block's qh (the
+         * rest, quants, is ignored; the read stays inside the block). */
+        const __m256i h = load2x16(p + f_qh(f), bs), b16 = _mm256_set1_epi8(16);
+        w.lo = _mm256_or_si256(w.lo, _mm256_and_si256(qh_mask(h, 0), b16));
+        w.hi = _mm256_or_si256(w.hi, _mm256_and_si256(qh_mask(h, 1), b16));
+    }
+    w.slo = w.shi = _mm256_setzero_si256();
+    return w;
 }
 
-/* Offset weights w = q - off with unsigned quants q (Q4_0: off 8, Q5_0: 16).
- * One column: q is already maddubs' unsigned operand, so the int16 pairs are
- * q*a - off*a (no saturation: q <= 31, off <= 16, |a| <= 127), one op fewer
- * than forming w and moving its sign. Several columns: step_signed, whose
- * per-column cost is lower once w is formed. */
-ALWAYS_INLINE void step_offset(__m256i q, int off, fp16_t dw, const char *xa, size_t st, int64_t ib, int nc,
-                               __m256 *acc) {
+/* Partial sums of a decoded block pair against blocks 2j, 2j+1 of the act
+ * group g (legacy.h; lo[2j..2j+1] and hi[2j..2j+1] are 32 contiguous bytes
+ * each): lane 4L+m = sum over block 2j+L's elements 4m..4m+3 and
+ * 16+4m..16+4m+3 of w * a, the offset taken out (nsum lane 4(2j+L)+m is
+ * minus the sum of those activations). No int16 saturation: Q4 / Q5 add two
+ * maddubs outputs of q <= 31 times |a| <= 127 (4 * 31 * 127 < 2^15); Q8_0's
+ * |w| <= 128 against |a| <= 127 fills one maddubs (2 * 128 * 127 < 2^15),
+ * so its two halves are widened separately. */
+ALWAYS_INLINE __m256i pair_int(const wpair_t *w, const char *g, int j, int f) {
+    const __m256i alo = _mm256_loadu_si256((const __m256i *)(g + LEGACY_OFF_LO + 32 * j));
+    const __m256i ahi = _mm256_loadu_si256((const __m256i *)(g + LEGACY_OFF_HI + 32 * j));
+    const __m256i ones = _mm256_set1_epi16(1);
+    if (f == FMT_Q8_0)
+        return _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(w->lo, _mm256_sign_epi8(alo, w->slo)), ones),
+                                _mm256_madd_epi16(_mm256_maddubs_epi16(w->hi, _mm256_sign_epi8(ahi, w->shi)), ones));
+    __m256i p =
+        _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(w->lo, alo), _mm256_maddubs_epi16(w->hi, ahi)), ones);
+    if (f_sh(f))
+        p = _mm256_add_epi32(
+            p, _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(g + LEGACY_OFF_NSUM + 32 * j)), f_sh(f)));
+    return p;
+}
+
+/* ---- the float order: unit pairs --------------------------------------------
+ * A unit is one (row, column); the matvec kernels take units two at a
+ * time (u, v) and one act group (blocks 0..3) at a time, in this lane
+ * order: [u b0, v b0, u b2, v b2 | u b1, v b1, u b3, v b3]. A lone unit
+ * takes both slots (u = v). */
+
+/* Transposing reduction (9 uops): lane i of 128-bit lane L of the result
+ * = the sum of the four dwords of lane L of p_i. With (P01u, P01v, P23u,
+ * P23v) (Pxy = a unit's pair_int of blocks x, y): the unit-pair order. */
+ALWAYS_INLINE __m256i treduce4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
+    const __m256i u01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p0, p1), _mm256_unpackhi_epi32(p0, p1));
+    const __m256i u23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p2, p3), _mm256_unpackhi_epi32(p2, p3));
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(u01, u23), _mm256_unpackhi_epi64(u01, u23));
+}
+
+/* One row's fp16 field at byte off of blocks 0..3 (group at p):
+ * [b0, b0, b2, b2 | b1, b1, b3, b3]. */
+ALWAYS_INLINE __m256 wsc(const uint8_t *p, size_t bs, size_t off) {
+    const __m256 s01 = _mm256_blend_ps(lut_bcast(p + off), lut_bcast(p + bs + off), 0xF0);
+    const __m256 s23 = _mm256_blend_ps(lut_bcast(p + 2 * bs + off), lut_bcast(p + 3 * bs + off), 0xF0);
+    return _mm256_blend_ps(s01, s23, 0xCC);
+}
+
+/* One column's d and s of the act group g, in the same lanes. */
+ALWAYS_INLINE __m256 act_d4(const char *g) {
+    return _mm256_blend_ps(_mm256_loadu_ps((const float *)(g + LEGACY_OFF_DEXP)),
+                           _mm256_loadu_ps((const float *)(g + LEGACY_OFF_DEXP + 32)), 0xCC);
+}
+ALWAYS_INLINE __m256 act_s4(const char *g) {
+    /* sexp: s_j in lane 4j, zeros elsewhere */
+    return _mm256_shuffle_ps(_mm256_loadu_ps((const float *)(g + LEGACY_OFF_NSUM)),
+                             _mm256_loadu_ps((const float *)(g + LEGACY_OFF_NSUM + 32)), 0);
+}
+
+/* The unit pair's float step: acc = fma(float(I), d_w * d_a, acc), then
+ * for the min formats acc = fma(m_w, s_a, acc). */
+ALWAYS_INLINE __m256 unit_step(__m256 acc, __m256i i, __m256 dw, __m256 da, __m256 mw, __m256 sa, int f) {
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(dw, da), acc);
+    if (f_min(f)) acc = _mm256_fmadd_ps(mw, sa, acc);
+    return acc;
+}
+
+/* Lane 0: u's (acc_0 + acc_2) + (acc_1 + acc_3), lane 1: v's. */
+ALWAYS_INLINE __m128 unit_final(__m256 a) {
+    __m128 lo = _mm256_castps256_ps128(a), hi = _mm256_extractf128_ps(a, 1);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    hi = _mm_add_ps(hi, _mm_movehl_ps(hi, hi));
+    return _mm_add_ps(lo, hi);
+}
+
+/* One act group of nr rows x nc columns (wg[r]: row r's group, ag[c]:
+ * column c's). One column: unit pairs are row pairs (r, r+1); several:
+ * column pairs (c, c+1) of each row. acc[] in that order. */
+ALWAYS_INLINE void tile_grp(const uint8_t *const *wg, int nr, const char *const *ag, int nc, int f, __m256 *acc) {
+    const size_t bs = f_bsz(f);
+    const __m256 z = _mm256_setzero_ps();
     if (nc == 1) {
-        const act_ref_t a = act_at(xa, ib);
-        const __m256i av = act_qs(a);
-        const __m256i p16 =
-            _mm256_sub_epi16(_mm256_maddubs_epi16(q, av), _mm256_maddubs_epi16(_mm256_set1_epi8((char)off), av));
-        const __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-        acc[0] = _mm256_fmadd_ps(p, _mm256_mul_ps(_mm256_broadcast_ss(LUT(dw)), act_d(a)), acc[0]);
+        const __m256 da = act_d4(ag[0]), sa = f_min(f) ? act_s4(ag[0]) : z;
+        _Pragma("GCC unroll 2") for (int r = 0; r < nr; r += 2) {
+            const wpair_t u0 = wdec(wg[r], f), u1 = wdec(wg[r] + 2 * bs, f);
+            const __m256i pu0 = pair_int(&u0, ag[0], 0, f), pu1 = pair_int(&u1, ag[0], 1, f);
+            __m256i i;
+            __m256 dw = wsc(wg[r], bs, 0), mw = f_min(f) ? wsc(wg[r], bs, 2) : z;
+            if (r + 1 < nr) {
+                const wpair_t v0 = wdec(wg[r + 1], f), v1 = wdec(wg[r + 1] + 2 * bs, f);
+                i = treduce4(pu0, pair_int(&v0, ag[0], 0, f), pu1, pair_int(&v1, ag[0], 1, f));
+                dw = _mm256_blend_ps(dw, wsc(wg[r + 1], bs, 0), 0xAA);
+                if (f_min(f)) mw = _mm256_blend_ps(mw, wsc(wg[r + 1], bs, 2), 0xAA);
+            } else {
+                i = treduce4(pu0, pu0, pu1, pu1);
+            }
+            acc[r / 2] = unit_step(acc[r / 2], i, dw, da, mw, sa, f);
+        }
         return;
     }
-    step_signed(_mm256_sub_epi8(q, _mm256_set1_epi8((char)off)), dw, xa, st, ib, nc, acc);
-}
-
-/* Unsigned-weight block step with a min (Q4_1 / Q5_1 against Q8_1). */
-ALWAYS_INLINE void step_min(__m256i q, fp16_t dw, fp16_t mw, const char *xa, size_t st, int64_t ib, int nc,
-                            __m256 *acc, __m128 *accm) {
-    const __m256 dwv = _mm256_broadcast_ss(LUT(dw));
-    const __m128 mwv = _mm_load_ss(LUT(mw));
-    _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {
-        const act_ref_t a = act_at(xa + (size_t)c * st, ib);
-        const __m256 p = _mm256_cvtepi32_ps(dot_us(q, act_qs(a)));
-        acc[c] = _mm256_fmadd_ps(p, _mm256_mul_ps(dwv, act_d(a)), acc[c]);
-        accm[c] = _mm_fmadd_ss(mwv, act_s(a), accm[c]);
+    const int np = (nc + 1) / 2;
+    _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
+        const wpair_t w0 = wdec(wg[r], f), w1 = wdec(wg[r] + 2 * bs, f);
+        const __m256 dw = wsc(wg[r], bs, 0), mw = f_min(f) ? wsc(wg[r], bs, 2) : z;
+        _Pragma("GCC unroll 2") for (int c = 0; c < nc; c += 2) {
+            const int cv = c + 1 < nc ? c + 1 : c;
+            const __m256i i = treduce4(pair_int(&w0, ag[c], 0, f), pair_int(&w0, ag[cv], 0, f),
+                                       pair_int(&w1, ag[c], 1, f), pair_int(&w1, ag[cv], 1, f));
+            __m256 da = act_d4(ag[c]), sa = f_min(f) ? act_s4(ag[c]) : z;
+            if (cv != c) {
+                da = _mm256_blend_ps(da, act_d4(ag[cv]), 0xAA);
+                if (f_min(f)) sa = _mm256_blend_ps(sa, act_s4(ag[cv]), 0xAA);
+            }
+            acc[r * np + c / 2] = unit_step(acc[r * np + c / 2], i, dw, da, mw, sa, f);
+        }
     }
 }
 
-ALWAYS_INLINE void blk_q4_0(const char *w, int64_t ib, const char *xa, size_t st, int nc, __m256 *acc, __m128 *accm) {
-    (void)accm;
-    const block_q4_0 *b = (const block_q4_0 *)w + ib;
-    step_offset(nibbles32(b->qs), 8, b->d, xa, st, ib, nc, acc);
-}
-
-/* The 32 five-bit quants of a Q5_0 / Q5_1 block, unsigned (0..31). */
-ALWAYS_INLINE __m256i quants5(const uint8_t *qs, const uint8_t qh[4]) {
-    return _mm256_or_si256(nibbles32(qs), _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(16)));
-}
-
-ALWAYS_INLINE void blk_q5_0(const char *w, int64_t ib, const char *xa, size_t st, int nc, __m256 *acc, __m128 *accm) {
-    (void)accm;
-    const block_q5_0 *b = (const block_q5_0 *)w + ib;
-    step_offset(quants5(b->qs, b->qh), 16, b->d, xa, st, ib, nc, acc);
-}
-
-ALWAYS_INLINE void blk_q8_0(const char *w, int64_t ib, const char *xa, size_t st, int nc, __m256 *acc, __m128 *accm) {
-    (void)accm;
-    const block_q8_0 *b = (const block_q8_0 *)w + ib;
-    step_signed(_mm256_loadu_si256((const __m256i *)b->qs), b->d, xa, st, ib, nc, acc);
-}
-
-ALWAYS_INLINE void blk_q4_1(const char *w, int64_t ib, const char *xa, size_t st, int nc, __m256 *acc, __m128 *accm) {
-    const block_q4_1 *b = (const block_q4_1 *)w + ib;
-    step_min(nibbles32(b->qs), b->d, b->m, xa, st, ib, nc, acc, accm);
-}
-
-ALWAYS_INLINE void blk_q5_1(const char *w, int64_t ib, const char *xa, size_t st, int nc, __m256 *acc, __m128 *accm) {
-    const block_q5_1 *b = (const block_q5_1 *)w + ib;
-    step_min(quants5(b->qs, b->qh), b->d, b->m, xa, st, ib, nc, acc, accm);
-}
-
-/* Even blocks into acc0 / accm0, odd blocks into acc1 / accm1; result
- * hsum(acc0 + acc1) + (accm0 + accm1) (the min terms are zero for the
- * formats without a min). */
-#define BLOCK_DOT(name, blk, bsz)                                                                        \
-    ALWAYS_INLINE void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
-                                   float *out) {                                                         \
-        TERN_CHECK(k % QK == 0);                                                                         \
-        TERN_CHECK(legacy_fp16_lut[0x3c00] == 1.0f); /* legacy_lut_init ran */                          \
-        const int64_t nb = k / QK;                                                                       \
-        __m256 acc0[KERN_MAX_COLS], acc1[KERN_MAX_COLS];                                                 \
-        __m128 accm0[KERN_MAX_COLS], accm1[KERN_MAX_COLS];                                               \
-        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) {                                           \
-            acc0[c] = acc1[c] = _mm256_setzero_ps();                                                     \
-            accm0[c] = accm1[c] = _mm_setzero_ps();                                                      \
-        }                                                                                                \
-        int64_t i = 0;                                                                                   \
-        for (; i + 2 <= nb; i += 2) {                                                                    \
-            prefetch_ahead(w + (size_t)i * (bsz), 2 * (bsz));                                            \
-            blk(w, i, xa, st, nc, acc0, accm0);                                                          \
-            blk(w, i + 1, xa, st, nc, acc1, accm1);                                                      \
-        }                                                                                                \
-        if (i < nb) blk(w, i, xa, st, nc, acc0, accm0);                                                  \
-        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) out[c] =                                    \
-            hsum8(_mm256_add_ps(acc0[c], acc1[c])) + _mm_cvtss_f32(_mm_add_ss(accm0[c], accm1[c]));       \
+/* nr rows (w[r]) x nc columns: out[r * nc + c]. Groups of four blocks; a
+ * partial last group is read from a zero-padded copy (its padded blocks
+ * add fma(0, 0, acc): no change, see the header). */
+ALWAYS_INLINE void blk_tile(int64_t k, const uint8_t *const *w, const int nr, const char *xa, size_t st, const int nc,
+                            float *out, const int f) {
+    TERN_CHECK(k % QK == 0);
+    TERN_CHECK(legacy_fp16_lut[0x3c00] == 1.0f); /* legacy_lut_init ran */
+    const size_t bs = f_bsz(f), gb = LEGACY_GROUP * bs;
+    const int64_t nb = k / QK, ng = nb / LEGACY_GROUP;
+    const int rem = (int)(nb % LEGACY_GROUP);
+    __m256 acc[4];
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) acc[i] = _mm256_setzero_ps();
+    const uint8_t *wg[KERN_MAX_ROWS];
+    const char *ag[KERN_MAX_COLS];
+    for (int64_t gi = 0; gi < ng; gi++) {
+        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
+            wg[r] = w[r] + (size_t)gi * gb;
+            for (size_t o = 0; o < gb; o += 64) prefetch_ahead((const char *)wg[r] + o, 64);
+        }
+        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) ag[c] = xa + (size_t)c * st + (size_t)gi * LEGACY_GROUP_BYTES;
+        tile_grp(wg, nr, ag, nc, f, acc);
     }
-
-BLOCK_DOT(q4_0, blk_q4_0, sizeof(block_q4_0))
-BLOCK_DOT(q4_1, blk_q4_1, sizeof(block_q4_1))
-BLOCK_DOT(q5_0, blk_q5_0, sizeof(block_q5_0))
-BLOCK_DOT(q5_1, blk_q5_1, sizeof(block_q5_1))
-BLOCK_DOT(q8_0, blk_q8_0, sizeof(block_q8_0))
-
-COLS_ENTRY(dot_q4_0_avx2, q4_0_cols, KERN_MAX_COLS)
-COLS_ENTRY(dot_q4_1_avx2, q4_1_cols, KERN_MAX_COLS)
-COLS_ENTRY(dot_q5_0_avx2, q5_0_cols, KERN_MAX_COLS)
-COLS_ENTRY(dot_q5_1_avx2, q5_1_cols, KERN_MAX_COLS)
-COLS_ENTRY(dot_q8_0_avx2, q8_0_cols, KERN_MAX_COLS)
-
-/* The rows version of BLOCK_DOT: per row the same blocks go into the same
- * accumulators in the same order (see FLOAT_ROWS). */
-#define BLOCK_ROWS(name, blk, bsz)                                                                       \
-    ALWAYS_INLINE void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
-                                   size_t st, const int nc, float *out) {                                \
-        TERN_CHECK(k % QK == 0);                                                                         \
-        TERN_CHECK(legacy_fp16_lut[0x3c00] == 1.0f); /* legacy_lut_init ran */                          \
-        const int64_t nb = k / QK;                                                                       \
-        __m256 acc0[KERN_MAX_ROWS * 2], acc1[KERN_MAX_ROWS * 2];                                         \
-        __m128 accm0[KERN_MAX_ROWS * 2], accm1[KERN_MAX_ROWS * 2];                                       \
-        _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) {                                      \
-            acc0[j] = acc1[j] = _mm256_setzero_ps();                                                     \
-            accm0[j] = accm1[j] = _mm_setzero_ps();                                                      \
-        }                                                                                                \
-        int64_t i = 0;                                                                                   \
-        for (; i + 2 <= nb; i += 2) {                                                                    \
-            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
-                const char *w = wr[r];                                                                   \
-                prefetch_ahead(w + (size_t)i * (bsz), 2 * (bsz));                                        \
-                blk(w, i, xa, st, nc, acc0 + r * nc, accm0 + r * nc);                                    \
-                blk(w, i + 1, xa, st, nc, acc1 + r * nc, accm1 + r * nc);                                \
-            }                                                                                            \
-        }                                                                                                \
-        if (i < nb) {                                                                                    \
-            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++)                                         \
-                blk((const char *)wr[r], i, xa, st, nc, acc0 + r * nc, accm0 + r * nc);                  \
-        }                                                                                                \
-        _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) out[j] =                               \
-            hsum8(_mm256_add_ps(acc0[j], acc1[j])) + _mm_cvtss_f32(_mm_add_ss(accm0[j], accm1[j]));       \
+    if (rem) {
+        uint8_t tail[KERN_MAX_ROWS][4 * 34];
+        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
+            memset(tail[r], 0, sizeof(tail[r]));
+            memcpy(tail[r], w[r] + (size_t)ng * gb, (size_t)rem * bs);
+            wg[r] = tail[r];
+        }
+        _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) ag[c] = xa + (size_t)c * st + (size_t)ng * LEGACY_GROUP_BYTES;
+        tile_grp(wg, nr, ag, nc, f, acc);
     }
+    float t[4];
+    if (nc == 1) {
+        _Pragma("GCC unroll 2") for (int r = 0; r < nr; r += 2) {
+            _mm_storeu_ps(t, unit_final(acc[r / 2]));
+            out[r] = t[0];
+            if (r + 1 < nr) out[r + 1] = t[1];
+        }
+    } else {
+        const int np = (nc + 1) / 2;
+        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) _Pragma("GCC unroll 2") for (int c = 0; c < nc; c += 2) {
+            _mm_storeu_ps(t, unit_final(acc[r * np + c / 2]));
+            out[r * nc + c] = t[0];
+            if (c + 1 < nc) out[r * nc + c + 1] = t[1];
+        }
+    }
+}
 
-BLOCK_ROWS(q4_0, blk_q4_0, sizeof(block_q4_0))
-BLOCK_ROWS(q4_1, blk_q4_1, sizeof(block_q4_1))
-BLOCK_ROWS(q5_0, blk_q5_0, sizeof(block_q5_0))
-BLOCK_ROWS(q5_1, blk_q5_1, sizeof(block_q5_1))
-BLOCK_ROWS(q8_0, blk_q8_0, sizeof(block_q8_0))
+#define BLK_KERNELS(name, F)                                                                                 \
+    ALWAYS_INLINE void name##_cols(int64_t k, const void *w, const char *xa, size_t st, int nc, float *out) { \
+        const uint8_t *wr[1] = {(const uint8_t *)w};                                                         \
+        blk_tile(k, wr, 1, xa, st, nc, out, F);                                                              \
+    }                                                                                                        \
+    ALWAYS_INLINE void name##_rows(int64_t k, const void *const *w, int nr, const char *xa, size_t st, int nc,  \
+                                   float *out) {                                                             \
+        blk_tile(k, (const uint8_t *const *)w, nr, xa, st, nc, out, F);                                      \
+    }                                                                                                        \
+    COLS_ENTRY(dot_##name##_avx2, name##_cols, KERN_MAX_COLS)                                                \
+    ROWS_ENTRY(rows_##name##_avx2, name##_rows, dot_##name##_avx2)
 
-ROWS_ENTRY(rows_q4_0_avx2, q4_0_rows, dot_q4_0_avx2)
-ROWS_ENTRY(rows_q4_1_avx2, q4_1_rows, dot_q4_1_avx2)
-ROWS_ENTRY(rows_q5_0_avx2, q5_0_rows, dot_q5_0_avx2)
-ROWS_ENTRY(rows_q5_1_avx2, q5_1_rows, dot_q5_1_avx2)
-ROWS_ENTRY(rows_q8_0_avx2, q8_0_rows, dot_q8_0_avx2)
+BLK_KERNELS(q4_0, FMT_Q4_0)
+BLK_KERNELS(q4_1, FMT_Q4_1)
+BLK_KERNELS(q5_0, FMT_Q5_0)
+BLK_KERNELS(q5_1, FMT_Q5_1)
+BLK_KERNELS(q8_0, FMT_Q8_0)
+
+/* ---- GEMM ------------------------------------------------------------------ */
+
+/* prep's layout of one group of 16 columns, per block b (GA_BYTES each):
+ *   int8  q[2][8][32]  octet o (columns 8o..8o+7), k-slice t (elements
+ *                      4t..4t+3 of the block; t < 4 from lo, else hi):
+ *                      dword c = column 8o+c's four quants
+ *   float d[16]        column c's d of block b
+ *   x[16]              Q8_0 act: int32, minus the sum of column c's 32
+ *                      quants of block b; Q8_1: float s
+ * Columns past the last are zeros (computed on, never stored). */
+enum { GA_OFF_D = 512, GA_OFF_X = 576, GA_BYTES = 640 };
+/* Blocks per k-chunk: a chunk of one column group's activations (20 KB)
+ * stays in L1 while the rows of a row block pass over it (the accumulators
+ * are saved between chunks: exact). */
+#define GEMM_KC 32
+/* Bytes of decoded weight rows per row block (kept in L2 while every
+ * column group passes over them). */
+#define GEMM_PANEL_BYTES (96 * 1024)
+/* Saved accumulators of one row: 2 octets x 4 chains. */
+#define GEMM_STATE 256
+
+/* A decoded row (run's scratch): per block f_dq bytes of quants in element
+ * order (Q4 / Q5: q; Q8_0: |w| then w), then float d[nb] and (min
+ * formats) float m[nb]; rows 64-aligned. */
+ALWAYS_INLINE size_t f_dq(int f) {
+    return f == FMT_Q8_0 ? 64 : 32;
+}
+ALWAYS_INLINE size_t gemm_row_bytes(int64_t nb, int f) {
+    return ((size_t)nb * (f_dq(f) + (f_min(f) ? 8 : 4)) + 63) & ~(size_t)63;
+}
+ALWAYS_INLINE int64_t gemm_rows(int64_t k, int f) {
+    const int64_t rb = GEMM_PANEL_BYTES / (int64_t)gemm_row_bytes(k / QK, f);
+    return rb < 4 ? 4 : rb > 64 ? 64 : rb;
+}
+ALWAYS_INLINE size_t gemm_scratch(int64_t k, int f) {
+    return (size_t)gemm_rows(k, f) * (gemm_row_bytes(k / QK, f) + GEMM_STATE);
+}
+
+/* Row w (nb blocks) decoded into dst. */
+ALWAYS_INLINE void gemm_dec_row(const uint8_t *w, int64_t nb, char *dst, int f) {
+    const size_t bs = f_bsz(f), dq = f_dq(f);
+    float *d = (float *)(dst + (size_t)nb * dq), *m = d + nb;
+    for (int64_t b = 0; b < nb; b += 2) {
+        const uint8_t *p = w + (size_t)b * bs;
+        uint8_t tail[2 * 34];
+        if (b + 1 == nb) { /* a lone last block: zero-padded pair */
+            memset(tail, 0, sizeof(tail));
+            memcpy(tail, p, bs);
+            p = tail;
+        }
+        const wpair_t x = wdec(p, f);
+        char *q = dst + (size_t)b * dq;
+        _mm256_storeu_si256((__m256i *)q, _mm256_permute2x128_si256(x.lo, x.hi, 0x20));
+        if (f == FMT_Q8_0) _mm256_storeu_si256((__m256i *)(q + 32), _mm256_permute2x128_si256(x.slo, x.shi, 0x20));
+        uint16_t h;
+        memcpy(&h, p, 2);
+        d[b] = *LUT(h);
+        if (f_min(f)) memcpy(&h, p + 2, 2), m[b] = *LUT(h);
+        if (b + 1 < nb) {
+            _mm256_storeu_si256((__m256i *)(q + dq), _mm256_permute2x128_si256(x.lo, x.hi, 0x31));
+            if (f == FMT_Q8_0)
+                _mm256_storeu_si256((__m256i *)(q + dq + 32), _mm256_permute2x128_si256(x.slo, x.shi, 0x31));
+            memcpy(&h, p + bs, 2);
+            d[b + 1] = *LUT(h);
+            if (f_min(f)) memcpy(&h, p + bs + 2, 2), m[b + 1] = *LUT(h);
+        }
+    }
+}
+
+ALWAYS_INLINE __m256i bcast32(const char *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+/* Block b of a decoded row (q: its quants, dw / mw: its scales) against
+ * the 16 columns' block at xb, into acc[o] (octet o's chain b mod 4):
+ * I = the exact int32 block dot of each column (8 maddubs with the
+ * weights' dword broadcast, one k-slice of 8 columns each), then the
+ * header's float steps. Q4: q <= 15, eight maddubs outputs summed in int16
+ * (16 * 15 * 127 < 2^15); Q5: q <= 31, four at a time; Q8_0: one at a
+ * time (sign trick as in pair_int). */
+ALWAYS_INLINE void gemm_blk(const char *q, float dw, float mw, const char *xb, int f, __m256 *acc0, __m256 *acc1) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i i[2];
+    if (f == FMT_Q8_0) {
+        __m256i s[2][2] = {{_mm256_setzero_si256(), _mm256_setzero_si256()},
+                           {_mm256_setzero_si256(), _mm256_setzero_si256()}};
+        _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) {
+            const __m256i aw = bcast32(q + 4 * t), sw = bcast32(q + 32 + 4 * t);
+            _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
+                const __m256i a = _mm256_loadu_si256((const __m256i *)(xb + 256 * o + 32 * t));
+                s[o][t & 1] = _mm256_add_epi32(
+                    s[o][t & 1], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(a, sw)), ones));
+            }
+        }
+        i[0] = _mm256_add_epi32(s[0][0], s[0][1]);
+        i[1] = _mm256_add_epi32(s[1][0], s[1][1]);
+    } else {
+        const int per = f_q5(f) ? 4 : 8; /* maddubs outputs per int16 sum */
+        __m256i s16[2][2], s32[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+        _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) {
+            const __m256i w = bcast32(q + 4 * t);
+            _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
+                const __m256i m =
+                    _mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)(xb + 256 * o + 32 * t)));
+                /* two int16 chains per octet (even / odd slices) */
+                const int c = t & 1;
+                s16[o][c] = (t % per) < 2 ? m : _mm256_add_epi16(s16[o][c], m);
+                if (t % per == per - 1) {
+                    s32[o] = _mm256_add_epi32(s32[o], _mm256_madd_epi16(_mm256_add_epi16(s16[o][0], s16[o][1]), ones));
+                }
+            }
+        }
+        i[0] = s32[0];
+        i[1] = s32[1];
+        if (f_sh(f)) {
+            i[0] = _mm256_add_epi32(i[0], _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(xb + GA_OFF_X)), f_sh(f)));
+            i[1] = _mm256_add_epi32(i[1],
+                                    _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(xb + GA_OFF_X + 32)), f_sh(f)));
+        }
+    }
+    const __m256 dwv = _mm256_set1_ps(dw);
+    *acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[0]), _mm256_mul_ps(dwv, _mm256_loadu_ps((const float *)(xb + GA_OFF_D))),
+                            *acc0);
+    *acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[1]),
+                            _mm256_mul_ps(dwv, _mm256_loadu_ps((const float *)(xb + GA_OFF_D + 32))), *acc1);
+    if (f_min(f)) {
+        const __m256 mwv = _mm256_set1_ps(mw);
+        *acc0 = _mm256_fmadd_ps(mwv, _mm256_loadu_ps((const float *)(xb + GA_OFF_X)), *acc0);
+        *acc1 = _mm256_fmadd_ps(mwv, _mm256_loadu_ps((const float *)(xb + GA_OFF_X + 32)), *acc1);
+    }
+}
+
+/* Bytes of one prep group; 0 for a bad k or on overflow. */
+static size_t gemm_group_size(int64_t k) {
+    if (k <= 0 || k % QK) return 0;
+    const uint64_t nb = (uint64_t)(k / QK);
+    if (nb > SIZE_MAX / (16 * (size_t)GA_BYTES)) return 0;
+    return (size_t)nb * GA_BYTES;
+}
+
+/* In-place transpose of an 8 x 8 matrix of dwords (r[i] = row i). */
+ALWAYS_INLINE void transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    _Pragma("GCC unroll 2") for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x20);
+        r[4 + i] = _mm256_permute2f128_ps(u[i], u[4 + i], 0x31);
+    }
+}
+
+/* ncols (1..16) act rows into prep's layout, block by block: per octet the
+ * eight columns' [lo dwords | hi dwords] of the block, transposed. */
+ALWAYS_INLINE void gemm_prep(int64_t k, const void *xa, size_t st, int ncols, void *xg, bool q81) {
+    const int64_t nb = k / QK;
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t j = (size_t)(b % LEGACY_GROUP);
+        const char *src = (const char *)xa + (size_t)(b / LEGACY_GROUP) * LEGACY_GROUP_BYTES;
+        char *dst = (char *)xg + (size_t)b * GA_BYTES;
+        _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
+            __m256 r[8];
+            _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
+                const char *a = src + (size_t)(8 * o + c) * st;
+                r[c] = 8 * o + c < ncols ? _mm256_castsi256_ps(_mm256_loadu2_m128i(
+                                               (const __m128i *)(a + LEGACY_OFF_HI + 16 * j),
+                                               (const __m128i *)(a + LEGACY_OFF_LO + 16 * j)))
+                                         : _mm256_setzero_ps();
+            }
+            transpose8(r);
+            _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) _mm256_storeu_ps((float *)(dst + 256 * o + 32 * t), r[t]);
+        }
+        float d[16];
+        int32_t x[16];
+        for (int c = 0; c < KERN_GEMM_GROUP; c++) {
+            d[c] = 0.0f;
+            x[c] = 0;
+            if (c >= ncols) continue;
+            const char *a = src + (size_t)c * st;
+            memcpy(&d[c], a + LEGACY_OFF_DEXP + 16 * j, sizeof(float));
+            if (q81) {
+                memcpy(&x[c], a + LEGACY_OFF_NSUM + 16 * j, sizeof(int32_t)); /* sexp: the float's bytes */
+            } else {
+                int32_t n[4];
+                memcpy(n, a + LEGACY_OFF_NSUM + 16 * j, sizeof(n));
+                x[c] = n[0] + n[1] + n[2] + n[3];
+            }
+        }
+        memcpy(dst + GA_OFF_D, d, sizeof(d));
+        memcpy(dst + GA_OFF_X, x, sizeof(x));
+    }
+}
+
+static void prep_q8_0(int64_t k, const void *xa, size_t st, int ncols, void *xg) {
+    gemm_prep(k, xa, st, ncols, xg, false);
+}
+
+static void prep_q8_1(int64_t k, const void *xa, size_t st, int ncols, void *xg) {
+    gemm_prep(k, xa, st, ncols, xg, true);
+}
+
+/* Blocks b0..b1-1 (b0 a multiple of 4) of a decoded row against a column
+ * group: acc[o][j] = octet o's chain j. */
+ALWAYS_INLINE void gemm_chunk(const char *row, int64_t nb, int64_t b0, int64_t b1, const char *xg, int f,
+                              __m256 acc[2][4]) {
+    const size_t dq = f_dq(f);
+    const float *d = (const float *)(row + (size_t)nb * dq), *m = d + nb;
+    int64_t b = b0;
+    for (; b + 4 <= b1; b += 4) {
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) gemm_blk(row + (size_t)(b + j) * dq, d[b + j],
+                                                                     f_min(f) ? m[b + j] : 0.0f,
+                                                                     xg + (size_t)(b + j) * GA_BYTES, f,
+                                                                     &acc[0][j], &acc[1][j]);
+    }
+    _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++) if (b + j < b1) gemm_blk(
+        row + (size_t)(b + j) * dq, d[b + j], f_min(f) ? m[b + j] : 0.0f, xg + (size_t)(b + j) * GA_BYTES, f,
+        &acc[0][j], &acc[1][j]);
+}
+
+/* Loop order: row blocks (decoded once) > column groups > k-chunks > rows
+ * > blocks. */
+ALWAYS_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y,
+                            int64_t ldy, void *scratch, int f) {
+    TERN_CHECK(legacy_fp16_lut[0x3c00] == 1.0f);
+    const int64_t k = a->k, nb = k / QK, rb = gemm_rows(k, f);
+    const size_t rs = gemm_row_bytes(nb, f);
+    char *dec = scratch;
+    float *state = (float *)(dec + (size_t)rb * rs);
+    for (int64_t r0 = 0; r0 < nrows; r0 += rb) {
+        const int64_t nr = nrows - r0 < rb ? nrows - r0 : rb;
+        for (int64_t r = 0; r < nr; r++)
+            gemm_dec_row((const uint8_t *)w + (size_t)(r0 + r) * row_bytes, nb, dec + (size_t)r * rs, f);
+        for (int64_t c0 = 0; c0 < a->n; c0 += KERN_GEMM_GROUP) {
+            const char *xg = (const char *)a->xg + (size_t)(c0 / KERN_GEMM_GROUP) * a->xg_group;
+            const int ncols = a->n - c0 < KERN_GEMM_GROUP ? (int)(a->n - c0) : KERN_GEMM_GROUP;
+            for (int64_t b0 = 0; b0 < nb; b0 += GEMM_KC) {
+                const int64_t b1 = nb - b0 < GEMM_KC ? nb : b0 + GEMM_KC;
+                for (int64_t r = 0; r < nr; r++) {
+                    float *st = state + r * (GEMM_STATE / sizeof(float));
+                    __m256 acc[2][4];
+                    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) acc[i / 4][i % 4] =
+                        b0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(st + 8 * i);
+                    gemm_chunk(dec + (size_t)r * rs, nb, b0, b1, xg, f, acc);
+                    if (b1 < nb) {
+                        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) _mm256_storeu_ps(st + 8 * i, acc[i / 4][i % 4]);
+                    } else {
+                        float t[16];
+                        _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) _mm256_storeu_ps(
+                            t + 8 * o, _mm256_add_ps(_mm256_add_ps(acc[o][0], acc[o][2]), _mm256_add_ps(acc[o][1], acc[o][3])));
+                        for (int c = 0; c < ncols; c++) y[(c0 + c) * ldy + r0 + r] = t[c];
+                    }
+                }
+            }
+        }
+    }
+}
+
+#define GEMM_FMT(name, F, prep)                                                                              \
+    static size_t scratch_##name(int64_t k) {                                                                \
+        return gemm_scratch(k, F);                                                                           \
+    }                                                                                                        \
+    static void run_##name(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y, \
+                           int64_t ldy, void *scratch) {                                                     \
+        gemm_run(a, w, row_bytes, nrows, y, ldy, scratch, F);                                                \
+    }                                                                                                        \
+    static const kern_gemm_t gemm_##name = {gemm_group_size, prep, scratch_##name, run_##name};
+
+GEMM_FMT(q4_0, FMT_Q4_0, prep_q8_0)
+GEMM_FMT(q4_1, FMT_Q4_1, prep_q8_1)
+GEMM_FMT(q5_0, FMT_Q5_0, prep_q8_0)
+GEMM_FMT(q5_1, FMT_Q5_1, prep_q8_1)
+GEMM_FMT(q8_0, FMT_Q8_0, prep_q8_0)
 
 /* ---- activation quantizers ------------------------------------------------ */
 
@@ -300,45 +712,56 @@ ALWAYS_INLINE float q8_block(const float *x, int8_t *qs, fp16_t *dout, int *sum)
     return d;
 }
 
-/* Blocks as quant_quantize_row makes them, packed a group at a time by the
- * reference's packer, so the bytes match the scalar act fn's. */
-static void act_q8_0_avx2(const float *x, void *xa, int64_t k) {
+/* Blocks as quant_quantize_row makes them, written straight into the act
+ * layout of legacy.h (the bytes legacy_act_pack_group writes: dexp and
+ * sexp through the exact fp16 table, nsum from the quants). */
+ALWAYS_INLINE void act_row(const float *x, void *xa, int64_t k, bool q81) {
     TERN_CHECK(k % QK == 0);
+    TERN_CHECK(legacy_fp16_lut[0x3c00] == 1.0f); /* legacy_lut_init ran */
     const int64_t nb = k / QK;
-    char *g = xa;
-    for (int64_t i = 0; i < nb; i += LEGACY_GROUP, g += LEGACY_GROUP_BYTES) {
+    char *out = xa;
+    for (int64_t i = 0; i < nb; i += LEGACY_GROUP, out += LEGACY_GROUP_BYTES) {
         const int n = nb - i < LEGACY_GROUP ? (int)(nb - i) : LEGACY_GROUP;
-        block_q8_0 y[LEGACY_GROUP];
+        legacy_act_group g;
+        memset(&g, 0, sizeof(g));
         for (int j = 0; j < n; j++) {
+            int8_t qs[QK];
+            fp16_t dh;
             int sum;
-            q8_block(x + (i + j) * QK, y[j].qs, &y[j].d, &sum);
+            const float d = q8_block(x + (i + j) * QK, qs, &dh, &sum);
+            memcpy(g.lo[j], qs, 16);
+            memcpy(g.hi[j], qs + 16, 16);
+            const float dv = *LUT(dh);
+            for (int m = 0; m < 4; m++) g.dexp[4 * j + m] = dv;
+            if (q81) {
+                g.u.sexp[4 * j] = *LUT(f32_to_fp16((float)sum * d));
+            } else {
+                /* lane m: minus the sum of quants 4m..4m+3 and 16+4m..16+4m+3 */
+                const __m256i p = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)qs)),
+                    _mm256_set1_epi16(1));
+                const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+                _mm_storeu_si128((__m128i *)&g.u.nsum[4 * j], _mm_sub_epi32(_mm_setzero_si128(), s4));
+            }
         }
-        legacy_act_pack_group(TYPE_Q8_0, y, n, g);
+        memcpy(out, &g, sizeof(g));
     }
+}
+
+static void act_q8_0_avx2(const float *x, void *xa, int64_t k) {
+    act_row(x, xa, k, false);
 }
 
 static void act_q8_1_avx2(const float *x, void *xa, int64_t k) {
-    TERN_CHECK(k % QK == 0);
-    const int64_t nb = k / QK;
-    char *g = xa;
-    for (int64_t i = 0; i < nb; i += LEGACY_GROUP, g += LEGACY_GROUP_BYTES) {
-        const int n = nb - i < LEGACY_GROUP ? (int)(nb - i) : LEGACY_GROUP;
-        block_q8_1 y[LEGACY_GROUP];
-        for (int j = 0; j < n; j++) {
-            int sum;
-            const float d = q8_block(x + (i + j) * QK, y[j].qs, &y[j].d, &sum);
-            y[j].s = f32_to_fp16((float)sum * d);
-        }
-        legacy_act_pack_group(TYPE_Q8_1, y, n, g);
-    }
+    act_row(x, xa, k, true);
 }
 
 void legacy_register_blocks_avx2(kern_table_t t) {
-    t[TYPE_Q4_0][ISA_AVX2] = (kern_ops_t){dot_q4_0_avx2, act_q8_0_avx2, NULL};
-    t[TYPE_Q4_1][ISA_AVX2] = (kern_ops_t){dot_q4_1_avx2, act_q8_1_avx2, NULL};
-    t[TYPE_Q5_0][ISA_AVX2] = (kern_ops_t){dot_q5_0_avx2, act_q8_0_avx2, NULL};
-    t[TYPE_Q5_1][ISA_AVX2] = (kern_ops_t){dot_q5_1_avx2, act_q8_1_avx2, NULL};
-    t[TYPE_Q8_0][ISA_AVX2] = (kern_ops_t){dot_q8_0_avx2, act_q8_0_avx2, NULL};
+    t[TYPE_Q4_0][ISA_AVX2] = (kern_ops_t){dot_q4_0_avx2, act_q8_0_avx2, &gemm_q4_0};
+    t[TYPE_Q4_1][ISA_AVX2] = (kern_ops_t){dot_q4_1_avx2, act_q8_1_avx2, &gemm_q4_1};
+    t[TYPE_Q5_0][ISA_AVX2] = (kern_ops_t){dot_q5_0_avx2, act_q8_0_avx2, &gemm_q5_0};
+    t[TYPE_Q5_1][ISA_AVX2] = (kern_ops_t){dot_q5_1_avx2, act_q8_1_avx2, &gemm_q5_1};
+    t[TYPE_Q8_0][ISA_AVX2] = (kern_ops_t){dot_q8_0_avx2, act_q8_0_avx2, &gemm_q8_0};
 }
 
 kern_rows_fn legacy_rows_avx2(kern_dot_fn dot) {
