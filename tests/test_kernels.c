@@ -451,6 +451,51 @@ static void test_gemm_vs_matvec(void **state) {
     kern_isa_set(prev);
 }
 
+/* The x86 kernels of every weight format follow one float order in AVX2
+ * and AVX-512 (see the headers of the *_avx2.c / *_avx512.c files), so a
+ * model gives the same bits on any x86-64 machine with AVX2: matvec and
+ * GEMM agree across the two ISAs, bit for bit. Not run where AVX-512 is
+ * not usable (said so). */
+static void test_x86_isas_agree(void **state) {
+    (void)state;
+    if (kern_isa_best() != ISA_AVX512) {
+        print_message("no AVX-512 here: AVX2 vs AVX-512 comparison not run\n");
+        return;
+    }
+    int types[TYPE_COUNT];
+    int nt = weight_types(types);
+    kern_isa_t prev = kern_isa_active();
+    tern_error_t err = {0};
+    const int64_t rows = 37, n = 9;
+    for (int ti = 0; ti < nt; ti++) {
+        const int type = types[ti];
+        const int64_t blck = quant_traits(type)->blck;
+        const int64_t k = blck >= 256 ? 9 * blck : 37 * blck; /* a partial group of 4 blocks */
+        tmat_t a;
+        tmat_make(&a, type, rows, k);
+        float *x = malloc(sizeof(float) * (size_t)(k * n));
+        float *y[2], *g[2];
+        assert_non_null(x);
+        randn(x, k * n, 1.0f);
+        for (int64_t i = 0; i < k * n; i += 97) x[i] *= 30.0f; /* outliers */
+        for (int v = 0; v < 2; v++) {
+            y[v] = malloc(sizeof(float) * (size_t)rows);
+            g[v] = malloc(sizeof(float) * (size_t)(rows * n));
+            assert_non_null(y[v]);
+            assert_non_null(g[v]);
+            kern_isa_set(v ? ISA_AVX512 : ISA_AVX2);
+            check_ok(kern_matvec(g_pools[2], &a.m, x, y[v], &err), &err, "matvec");
+            check_ok(kern_gemm(g_pools[2], &a.m, n, x, k, g[v], rows, &err), &err, "gemm");
+        }
+        assert_bits_equal(y[1], y[0], rows, "matvec avx512 vs avx2", type, ISA_AVX2, 2);
+        assert_bits_equal(g[1], g[0], rows * n, "gemm avx512 vs avx2", type, ISA_AVX2, 2);
+        for (int v = 0; v < 2; v++) free(y[v]), free(g[v]);
+        free(x);
+        tmat_free(&a);
+    }
+    kern_isa_set(prev);
+}
+
 /* Row strides larger than a row (a view into a wider buffer) work; rows of
  * zero produce nothing and touch nothing. */
 static void test_row_stride_and_empty(void **state) {
@@ -801,6 +846,7 @@ int main(void) {
         cmocka_unit_test(test_isa_vs_scalar),
         cmocka_unit_test(test_odd_shapes),
         cmocka_unit_test(test_gemm_vs_matvec),
+        cmocka_unit_test(test_x86_isas_agree),
         cmocka_unit_test(test_row_stride_and_empty),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_attention),
