@@ -98,21 +98,37 @@
 
 /* ---- weight groups: four blocks decoded into vectors ---------------------- */
 
-ALWAYS_INLINE __m512i load4x16(const uint8_t *p, size_t bsz) {
-    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p));
-    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + bsz)), 1);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 2 * bsz)), 2);
-    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(p + 3 * bsz)), 3);
+/* A group is read whole (nblk = 4, a constant in the main loops) or, at
+ * the end of a row, as its first nblk blocks with the rest read as zero
+ * bytes: exactly what a zero-padded copy of the partial group would give,
+ * without storing one (a copy made just before its 64-byte windows are
+ * loaded costs a failed store forwarding per load, which at 18 blocks per
+ * row halved the speed). Masked loads do not touch the bytes they skip. */
+
+/* 16 bytes at p + j * bsz in 128-bit lane j, for the blocks j < nblk. */
+ALWAYS_INLINE __m128i load16_blk(const uint8_t *p, size_t bsz, int j, int nblk) {
+    return j < nblk ? _mm_loadu_si128((const __m128i *)(p + (size_t)j * bsz)) : _mm_setzero_si128();
+}
+ALWAYS_INLINE __m512i load4x16(const uint8_t *p, size_t bsz, int nblk) {
+    __m512i v = _mm512_castsi128_si512(load16_blk(p, bsz, 0, nblk));
+    v = _mm512_inserti32x4(v, load16_blk(p, bsz, 1, nblk), 1);
+    v = _mm512_inserti32x4(v, load16_blk(p, bsz, 2, nblk), 2);
+    return _mm512_inserti32x4(v, load16_blk(p, bsz, 3, nblk), 3);
+}
+
+/* The 64 bytes at w + off, those at or past w + valid read as zero. */
+ALWAYS_INLINE __m512i ld_win(const uint8_t *w, size_t off, size_t valid) {
+    if (valid >= off + 64) return _mm512_loadu_si512(w + off);
+    const size_t n = valid > off ? valid - off : 0;
+    return _mm512_maskz_loadu_epi8((__mmask64)((1ull << n) - 1), w + off); /* n < 64 */
 }
 
 /* Byte masks of the fifth bits of four Q5 blocks (qh at p, stride bsz):
  * bit 16j+m of *lo = bit m of block j's qh, of *hi = bit 16+m. */
-ALWAYS_INLINE void qh_masks(const uint8_t *p, size_t bsz, __mmask64 *lo, __mmask64 *hi) {
-    uint16_t h[8];
-    memcpy(&h[0], p, 4);
-    memcpy(&h[2], p + bsz, 4);
-    memcpy(&h[4], p + 2 * bsz, 4);
-    memcpy(&h[6], p + 3 * bsz, 4);
+ALWAYS_INLINE void qh_masks(const uint8_t *p, size_t bsz, int nblk, __mmask64 *lo, __mmask64 *hi) {
+    uint16_t h[8] = {0};
+    for (int j = 0; j < 4; j++)
+        if (j < nblk) memcpy(&h[2 * j], p + (size_t)j * bsz, 4);
     *lo = (__mmask64)((uint64_t)h[0] | (uint64_t)h[2] << 16 | (uint64_t)h[4] << 32 | (uint64_t)h[6] << 48);
     *hi = (__mmask64)((uint64_t)h[1] | (uint64_t)h[3] << 16 | (uint64_t)h[5] << 32 | (uint64_t)h[7] << 48);
 }
@@ -207,30 +223,32 @@ ALWAYS_INLINE void nibbles(__m512i v, wgroup_t *g) {
     g->hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
 }
 
-ALWAYS_INLINE void fifth_bits(const uint8_t *w, int f, wgroup_t *g) {
+ALWAYS_INLINE void fifth_bits(const uint8_t *w, int f, int nblk, wgroup_t *g) {
     __mmask64 hl, hh;
     const size_t qh = f == FMT_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh);
-    qh_masks(w + qh, k_fmt[f].bsz, &hl, &hh);
+    qh_masks(w + qh, k_fmt[f].bsz, nblk, &hl, &hh);
     const __m512i b4 = _mm512_set1_epi8(16);
     g->lo = _mm512_mask_add_epi8(g->lo, hl, g->lo, b4);
     g->hi = _mm512_mask_add_epi8(g->hi, hh, g->hi, b4);
 }
 
-/* Decode one group of format f (a constant after inlining); compact: the
- * scales as the GEMM decode wants them (words 0..3 = d_j, 4..7 = m_j). */
-ALWAYS_INLINE wgroup_t grp_plain_x(const uint8_t *w, int f, bool compact) {
+/* Decode one group of format f (a constant after inlining), its first nblk
+ * blocks (see load4x16); compact: the scales as the GEMM decode wants them
+ * (words 0..3 = d_j, 4..7 = m_j). */
+ALWAYS_INLINE wgroup_t grp_plain_x(const uint8_t *w, int f, bool compact, int nblk) {
     wgroup_t g;
-    g.sc = _mm512_permutex2var_epi16(_mm512_loadu_si512(w), _mm512_load_si512(compact ? g_perm[f].swc : g_perm[f].sw),
-                                     _mm512_loadu_si512(w + win1(f)));
+    const size_t valid = (size_t)nblk * k_fmt[f].bsz;
+    g.sc = _mm512_permutex2var_epi16(ld_win(w, 0, valid), _mm512_load_si512(compact ? g_perm[f].swc : g_perm[f].sw),
+                                     ld_win(w, win1(f), valid));
     const uint8_t *q = w + k_fmt[f].qoff;
     if (f == FMT_Q8_0) {
         const __m512i s = _mm512_set1_epi8((char)0x80); /* w + 128 */
-        g.lo = _mm512_xor_si512(load4x16(q, k_fmt[f].bsz), s);
-        g.hi = _mm512_xor_si512(load4x16(q + 16, k_fmt[f].bsz), s);
+        g.lo = _mm512_xor_si512(load4x16(q, k_fmt[f].bsz, nblk), s);
+        g.hi = _mm512_xor_si512(load4x16(q + 16, k_fmt[f].bsz, nblk), s);
         return g;
     }
-    nibbles(load4x16(q, k_fmt[f].bsz), &g);
-    if (f == FMT_Q5_0 || f == FMT_Q5_1) fifth_bits(w, f, &g);
+    nibbles(load4x16(q, k_fmt[f].bsz, nblk), &g);
+    if (f == FMT_Q5_0 || f == FMT_Q5_1) fifth_bits(w, f, nblk, &g);
     return g;
 }
 
@@ -259,10 +277,11 @@ ALWAYS_INLINE_VBMI void nibbles_gf(__m512i v, wgroup_t *g) {
     g->hi = _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(0x1020408000000000ll), 0);
 }
 
-ALWAYS_INLINE_VBMI wgroup_t grp_vbmi_x(const uint8_t *w, int f, bool compact) {
+ALWAYS_INLINE_VBMI wgroup_t grp_vbmi_x(const uint8_t *w, int f, bool compact, int nblk) {
     wgroup_t g;
     const perm_t *pm = &g_perm[f];
-    const __m512i a = _mm512_loadu_si512(w), b = _mm512_loadu_si512(w + win1(f));
+    const size_t valid = (size_t)nblk * k_fmt[f].bsz;
+    const __m512i a = ld_win(w, 0, valid), b = ld_win(w, win1(f), valid);
     if (f == FMT_Q4_0 || f == FMT_Q4_1) /* every scale in the first window (perm_init checks) */
         g.sc = _mm512_permutexvar_epi8(_mm512_load_si512(compact ? pm->sbc : pm->sb), a);
     else
@@ -270,30 +289,40 @@ ALWAYS_INLINE_VBMI wgroup_t grp_vbmi_x(const uint8_t *w, int f, bool compact) {
     const __m512i v = perm2(a, b, pm->qs, pm->mqs);
     if (f == FMT_Q8_0) {
         const __m512i s = _mm512_set1_epi8((char)0x80);
-        const __m512i v2 = perm2(_mm512_loadu_si512(w + 8), _mm512_loadu_si512(w + 72), pm->qs8, pm->mqs8);
+        const __m512i v2 = perm2(ld_win(w, 8, valid), ld_win(w, 72, valid), pm->qs8, pm->mqs8);
         g.lo = _mm512_xor_si512(v, s);
         g.hi = _mm512_xor_si512(v2, s);
         return g;
     }
     nibbles_gf(v, &g);
-    if (f == FMT_Q5_0 || f == FMT_Q5_1) fifth_bits(w, f, &g);
+    if (f == FMT_Q5_0 || f == FMT_Q5_1) fifth_bits(w, f, nblk, &g);
     return g;
 }
 
+/* Whole groups, and (_n) the first nblk blocks of a row's last group. */
 ALWAYS_INLINE wgroup_t grp_plain(const uint8_t *w, int f) {
-    return grp_plain_x(w, f, false);
+    return grp_plain_x(w, f, false, 4);
 }
-
+ALWAYS_INLINE wgroup_t grp_plain_n(const uint8_t *w, int f, int nblk) {
+    return grp_plain_x(w, f, false, nblk);
+}
 ALWAYS_INLINE wgroup_t gemm_grp_plain(const uint8_t *w, int f) {
-    return grp_plain_x(w, f, true);
+    return grp_plain_x(w, f, true, 4);
 }
-
+ALWAYS_INLINE wgroup_t gemm_grp_plain_n(const uint8_t *w, int f, int nblk) {
+    return grp_plain_x(w, f, true, nblk);
+}
 ALWAYS_INLINE_VBMI wgroup_t grp_vbmi(const uint8_t *w, int f) {
-    return grp_vbmi_x(w, f, false);
+    return grp_vbmi_x(w, f, false, 4);
 }
-
+ALWAYS_INLINE_VBMI wgroup_t grp_vbmi_n(const uint8_t *w, int f, int nblk) {
+    return grp_vbmi_x(w, f, false, nblk);
+}
 ALWAYS_INLINE_VBMI wgroup_t gemm_grp_vbmi(const uint8_t *w, int f) {
-    return grp_vbmi_x(w, f, true);
+    return grp_vbmi_x(w, f, true, 4);
+}
+ALWAYS_INLINE_VBMI wgroup_t gemm_grp_vbmi_n(const uint8_t *w, int f, int nblk) {
+    return grp_vbmi_x(w, f, true, nblk);
 }
 
 /* ---- reductions ----------------------------------------------------------- */
@@ -367,7 +396,7 @@ ALWAYS_INLINE void dot_grp(const wgroup_t *g, int sh, bool min, const char *xa, 
     if (min) *acc = _mm512_fmadd_ps(scales_m(g->sc), sa, *acc);
 }
 
-/* A partial last group is decoded from a zero-padded copy (zero scales and
+/* A partial last group reads as zero-padded (zero scales and
  * quants: it adds exact zeros, see the header), so no weight past the row
  * is read. */
 #define BLOCK_DOT(name, wblock, fmt, sh, min) BLOCK_DOT_A(, name, wblock, grp_plain, fmt, sh, min)
@@ -393,10 +422,7 @@ ALWAYS_INLINE void dot_grp(const wgroup_t *g, int sh, bool min, const char *xa, 
             gi++;                                                                                            \
         }                                                                                                    \
         if (nb % LEGACY_GROUP) {                                                                             \
-            wblock tail[LEGACY_GROUP];                                                                       \
-            memset(tail, 0, sizeof(tail));                                                                   \
-            memcpy(tail, w + (size_t)gi * gb, (size_t)(nb % LEGACY_GROUP) * sizeof(wblock));                 \
-            const wgroup_t g0 = grp((const uint8_t *)tail, fmt);                                             \
+            const wgroup_t g0 = grp##_n((const uint8_t *)w + (size_t)gi * gb, fmt, (int)(nb % LEGACY_GROUP)); \
             dot_grp(&g0, sh, min, xa, st, gi, nc, &acc);                                                     \
         }                                                                                                    \
         float r[4];                                                                                          \
@@ -456,13 +482,8 @@ ALWAYS_INLINE void rows_grp(const wgroup_t *g, int nr, int sh, bool min, const c
             gi++;                                                                                            \
         }                                                                                                    \
         if (nb % LEGACY_GROUP) {                                                                             \
-            wblock tail[KERN_MAX_ROWS][LEGACY_GROUP];                                                        \
-            memset(tail, 0, sizeof(tail));                                                                   \
-            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                           \
-                memcpy(tail[r], (const char *)wr[r] + (size_t)gi * gb,                                       \
-                       (size_t)(nb % LEGACY_GROUP) * sizeof(wblock));                                        \
-                g[r] = grp((const uint8_t *)tail[r], fmt);                                                   \
-            }                                                                                                \
+            _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++)                                             \
+                g[r] = grp##_n((const uint8_t *)wr[r] + (size_t)gi * gb, fmt, (int)(nb % LEGACY_GROUP));     \
             rows_grp(g, nr, sh, min, xa, st, gi, nc, acc);                                                   \
         }                                                                                                    \
         _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                                               \
@@ -578,7 +599,7 @@ ALWAYS_INLINE void gemm_dec_grp(const wgroup_t *g, int off, char *pg, int i) {
 
 /* Decode one panel: rows w[0..nr-1] (nr 1..4; nb blocks each), group by
  * group, so the panel is written sequentially; rows past nr are zeros. A
- * partial last group comes from a zero-padded copy, as in the dot. */
+ * partial last group reads as zero-padded, as in the dot. */
 typedef void (*gemm_dec_fn)(const uint8_t *const *w, int nr, int64_t nb, char *pan);
 #define GEMM_DEC(attr, name, wblock, grp, fmt, off)                                                   \
     attr static void name(const uint8_t *const *w, int nr, int64_t nb, char *pan) {                 \
@@ -595,10 +616,7 @@ typedef void (*gemm_dec_fn)(const uint8_t *const *w, int nr, int64_t nb, char *p
         }                                                                                              \
         if (nb % LEGACY_GROUP) {                                                                       \
             for (int i = 0; i < nr; i++) {                                                             \
-                wblock tail[LEGACY_GROUP];                                                             \
-                memset(tail, 0, sizeof(tail));                                                         \
-                memcpy(tail, w[i] + (size_t)gi * gb, (size_t)(nb % LEGACY_GROUP) * sizeof(wblock));    \
-                const wgroup_t g = grp((const uint8_t *)tail, fmt);                                    \
+                const wgroup_t g = grp##_n(w[i] + (size_t)gi * gb, fmt, (int)(nb % LEGACY_GROUP));     \
                 gemm_dec_grp(&g, off, pan + (size_t)gi * GP_BYTES, i);                                 \
             }                                                                                          \
         }                                                                                              \
