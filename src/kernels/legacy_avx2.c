@@ -153,6 +153,17 @@ ALWAYS_INLINE __m256i load2x16(const uint8_t *p, size_t bsz) {
     return _mm256_loadu2_m128i((const __m128i *)(p + bsz), (const __m128i *)p);
 }
 
+/* The same for a row's last, partial group: only the first n (0..2) of the
+ * two blocks exist; the other lane reads as zeros (what a zero-padded copy
+ * would give, without making one: a copy stored just before these loads
+ * misses store forwarding on every one of them). n is a constant 2 in the
+ * main loops. */
+ALWAYS_INLINE __m256i load2x16_n(const uint8_t *p, size_t bsz, int n) {
+    if (n >= 2) return load2x16(p, bsz);
+    if (n == 1) return _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_loadu_si128((const __m128i *)p), 0);
+    return _mm256_setzero_si256();
+}
+
 /* ---- weights: two blocks per vector ---------------------------------------- */
 
 /* Blocks b (at p) and b+1 (at p + bsz) decoded: lo = [b's elements 0..15 |
@@ -174,23 +185,24 @@ ALWAYS_INLINE __m256i qh_mask(__m256i h, int half) {
     return _mm256_cmpeq_epi8(v, _mm256_set1_epi64x(-1));
 }
 
-ALWAYS_INLINE wpair_t wdec(const uint8_t *p, int f) {
+/* n: how many of the two blocks exist (2, or 0..1 in a partial group). */
+ALWAYS_INLINE wpair_t wdec(const uint8_t *p, int f, int n) {
     const size_t bs = f_bsz(f);
     wpair_t w;
     if (f == FMT_Q8_0) {
-        w.slo = load2x16(p + 2, bs);
-        w.shi = load2x16(p + 18, bs);
+        w.slo = load2x16_n(p + 2, bs, n);
+        w.shi = load2x16_n(p + 18, bs, n);
         w.lo = _mm256_abs_epi8(w.slo); /* -128 reads as unsigned 128 */
         w.hi = _mm256_abs_epi8(w.shi);
         return w;
     }
-    const __m256i v = load2x16(p + f_qs(f), bs), m4 = _mm256_set1_epi8(15);
+    const __m256i v = load2x16_n(p + f_qs(f), bs, n), m4 = _mm256_set1_epi8(15);
     w.lo = _mm256_and_si256(v, m4);
     w.hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
     if (f_q5(f)) {
         /* 16 bytes from qh: dword 0 of each lane is its block's qh (the
          * rest, quants, is ignored; the read stays inside the block). */
-        const __m256i h = load2x16(p + f_qh(f), bs), b16 = _mm256_set1_epi8(16);
+        const __m256i h = load2x16_n(p + f_qh(f), bs, n), b16 = _mm256_set1_epi8(16);
         w.lo = _mm256_or_si256(w.lo, _mm256_and_si256(qh_mask(h, 0), b16));
         w.hi = _mm256_or_si256(w.hi, _mm256_and_si256(qh_mask(h, 1), b16));
     }
@@ -237,10 +249,13 @@ ALWAYS_INLINE __m256i treduce4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
 }
 
 /* One row's fp16 field at byte off of blocks 0..3 (group at p):
- * [b0, b0, b2, b2 | b1, b1, b3, b3]. */
-ALWAYS_INLINE __m256 wsc(const uint8_t *p, size_t bs, size_t off) {
-    const __m256 s01 = _mm256_blend_ps(lut_bcast(p + off), lut_bcast(p + bs + off), 0xF0);
-    const __m256 s23 = _mm256_blend_ps(lut_bcast(p + 2 * bs + off), lut_bcast(p + 3 * bs + off), 0xF0);
+ * [b0, b0, b2, b2 | b1, b1, b3, b3]; blocks past the first nblk read 0. */
+ALWAYS_INLINE __m256 wsc_blk(const uint8_t *p, size_t bs, size_t off, int j, int nblk) {
+    return j < nblk ? lut_bcast(p + (size_t)j * bs + off) : _mm256_setzero_ps();
+}
+ALWAYS_INLINE __m256 wsc(const uint8_t *p, size_t bs, size_t off, int nblk) {
+    const __m256 s01 = _mm256_blend_ps(wsc_blk(p, bs, off, 0, nblk), wsc_blk(p, bs, off, 1, nblk), 0xF0);
+    const __m256 s23 = _mm256_blend_ps(wsc_blk(p, bs, off, 2, nblk), wsc_blk(p, bs, off, 3, nblk), 0xF0);
     return _mm256_blend_ps(s01, s23, 0xCC);
 }
 
@@ -272,23 +287,26 @@ ALWAYS_INLINE __m128 unit_final(__m256 a) {
 }
 
 /* One act group of nr rows x nc columns (wg[r]: row r's group, ag[c]:
- * column c's). One column: unit pairs are row pairs (r, r+1); several:
- * column pairs (c, c+1) of each row. acc[] in that order. */
-ALWAYS_INLINE void tile_grp(const uint8_t *const *wg, int nr, const char *const *ag, int nc, int f, __m256 *acc) {
+ * column c's; the first nblk blocks of the weight groups exist, 4 but in a
+ * row's last group). One column: unit pairs are row pairs (r, r+1);
+ * several: column pairs (c, c+1) of each row. acc[] in that order. */
+ALWAYS_INLINE void tile_grp(const uint8_t *const *wg, int nr, const char *const *ag, int nc, int f, int nblk,
+                            __m256 *acc) {
     const size_t bs = f_bsz(f);
     const __m256 z = _mm256_setzero_ps();
+    const int n01 = nblk < 2 ? nblk : 2, n23 = nblk > 2 ? nblk - 2 : 0;
     if (nc == 1) {
         const __m256 da = act_d4(ag[0]), sa = f_min(f) ? act_s4(ag[0]) : z;
         _Pragma("GCC unroll 2") for (int r = 0; r < nr; r += 2) {
-            const wpair_t u0 = wdec(wg[r], f), u1 = wdec(wg[r] + 2 * bs, f);
+            const wpair_t u0 = wdec(wg[r], f, n01), u1 = wdec(wg[r] + 2 * bs, f, n23);
             const __m256i pu0 = pair_int(&u0, ag[0], 0, f), pu1 = pair_int(&u1, ag[0], 1, f);
             __m256i i;
-            __m256 dw = wsc(wg[r], bs, 0), mw = f_min(f) ? wsc(wg[r], bs, 2) : z;
+            __m256 dw = wsc(wg[r], bs, 0, nblk), mw = f_min(f) ? wsc(wg[r], bs, 2, nblk) : z;
             if (r + 1 < nr) {
-                const wpair_t v0 = wdec(wg[r + 1], f), v1 = wdec(wg[r + 1] + 2 * bs, f);
+                const wpair_t v0 = wdec(wg[r + 1], f, n01), v1 = wdec(wg[r + 1] + 2 * bs, f, n23);
                 i = treduce4(pu0, pair_int(&v0, ag[0], 0, f), pu1, pair_int(&v1, ag[0], 1, f));
-                dw = _mm256_blend_ps(dw, wsc(wg[r + 1], bs, 0), 0xAA);
-                if (f_min(f)) mw = _mm256_blend_ps(mw, wsc(wg[r + 1], bs, 2), 0xAA);
+                dw = _mm256_blend_ps(dw, wsc(wg[r + 1], bs, 0, nblk), 0xAA);
+                if (f_min(f)) mw = _mm256_blend_ps(mw, wsc(wg[r + 1], bs, 2, nblk), 0xAA);
             } else {
                 i = treduce4(pu0, pu0, pu1, pu1);
             }
@@ -298,8 +316,8 @@ ALWAYS_INLINE void tile_grp(const uint8_t *const *wg, int nr, const char *const 
     }
     const int np = (nc + 1) / 2;
     _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
-        const wpair_t w0 = wdec(wg[r], f), w1 = wdec(wg[r] + 2 * bs, f);
-        const __m256 dw = wsc(wg[r], bs, 0), mw = f_min(f) ? wsc(wg[r], bs, 2) : z;
+        const wpair_t w0 = wdec(wg[r], f, n01), w1 = wdec(wg[r] + 2 * bs, f, n23);
+        const __m256 dw = wsc(wg[r], bs, 0, nblk), mw = f_min(f) ? wsc(wg[r], bs, 2, nblk) : z;
         _Pragma("GCC unroll 2") for (int c = 0; c < nc; c += 2) {
             const int cv = c + 1 < nc ? c + 1 : c;
             const __m256i i = treduce4(pair_int(&w0, ag[c], 0, f), pair_int(&w0, ag[cv], 0, f),
@@ -315,8 +333,8 @@ ALWAYS_INLINE void tile_grp(const uint8_t *const *wg, int nr, const char *const 
 }
 
 /* nr rows (w[r]) x nc columns: out[r * nc + c]. Groups of four blocks; a
- * partial last group is read from a zero-padded copy (its padded blocks
- * add fma(0, 0, acc): no change, see the header). */
+ * partial last group reads as zero-padded (its padded blocks add
+ * fma(0, 0, acc): no change, see the header). */
 ALWAYS_INLINE void blk_tile(int64_t k, const uint8_t *const *w, const int nr, const char *xa, size_t st, const int nc,
                             float *out, const int f) {
     TERN_CHECK(k % QK == 0);
@@ -334,17 +352,12 @@ ALWAYS_INLINE void blk_tile(int64_t k, const uint8_t *const *w, const int nr, co
             for (size_t o = 0; o < gb; o += 64) prefetch_ahead((const char *)wg[r] + o, 64);
         }
         _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) ag[c] = xa + (size_t)c * st + (size_t)gi * LEGACY_GROUP_BYTES;
-        tile_grp(wg, nr, ag, nc, f, acc);
+        tile_grp(wg, nr, ag, nc, f, 4, acc);
     }
     if (rem) {
-        uint8_t tail[KERN_MAX_ROWS][4 * 34];
-        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {
-            memset(tail[r], 0, sizeof(tail[r]));
-            memcpy(tail[r], w[r] + (size_t)ng * gb, (size_t)rem * bs);
-            wg[r] = tail[r];
-        }
+        _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) wg[r] = w[r] + (size_t)ng * gb;
         _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) ag[c] = xa + (size_t)c * st + (size_t)ng * LEGACY_GROUP_BYTES;
-        tile_grp(wg, nr, ag, nc, f, acc);
+        tile_grp(wg, nr, ag, nc, f, rem, acc);
     }
     float t[4];
     if (nc == 1) {
@@ -425,13 +438,7 @@ ALWAYS_INLINE void gemm_dec_row(const uint8_t *w, int64_t nb, char *dst, int f) 
     float *d = (float *)(dst + (size_t)nb * dq), *m = d + nb;
     for (int64_t b = 0; b < nb; b += 2) {
         const uint8_t *p = w + (size_t)b * bs;
-        uint8_t tail[2 * 34];
-        if (b + 1 == nb) { /* a lone last block: zero-padded pair */
-            memset(tail, 0, sizeof(tail));
-            memcpy(tail, p, bs);
-            p = tail;
-        }
-        const wpair_t x = wdec(p, f);
+        const wpair_t x = wdec(p, f, b + 1 < nb ? 2 : 1); /* a lone last block: the pair's other half zero */
         char *q = dst + (size_t)b * dq;
         _mm256_storeu_si256((__m256i *)q, _mm256_permute2x128_si256(x.lo, x.hi, 0x20));
         if (f == FMT_Q8_0) _mm256_storeu_si256((__m256i *)(q + 32), _mm256_permute2x128_si256(x.slo, x.shi, 0x20));
