@@ -9,6 +9,10 @@
  *            weights and % of the probe at the same thread count
  *   matvec2  the same with two inputs per pass; reported as its cost
  *            relative to one matvec (1.0 = free second input)
+ *   cached   the matvec on about 1 MiB of weights per thread, called over
+ *            and over, so the weights stay in L2: what the kernel computes
+ *            when memory is not the limit (GB/s of weights), i.e. how much
+ *            headroom it has over the read bandwidth
  *   gemm     1024 x 4096 of the same weights times N = 1, 16, 64, 512
  *            columns, GFLOP/s (2 * rows * K * N / time); the weights stay
  *            in cache across calls here, the point is the compute rate
@@ -58,6 +62,7 @@ typedef struct {
     int64_t n; /* 0: none */
     double gbps, pct, gflops, ns, ratio, x_matvec; /* NaN: none */
     double probe_now, pct_now, pct_lo, pct_hi; /* matvec: the paired probe (see above) and % of it */
+    double cached;                             /* matvec: cache-resident GB/s (see above) */
 } rec_t;
 
 typedef struct {
@@ -74,7 +79,7 @@ static rec_t *rec_add(recs_t *r, const char *op, int format, int isa, int thread
         r->cap = cap;
     }
     rec_t *e = &r->v[r->n++];
-    *e = (rec_t){op, format, isa, threads, 0, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
+    *e = (rec_t){op, format, isa, threads, 0, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN, NAN};
     return e;
 }
 
@@ -195,6 +200,32 @@ static double slice_gbps(tern_pool_t *pool, const wset_t *w, int type, int q, bo
     return (double)w->mat_bytes * done / (double)(t - t0);
 }
 
+/* The cache-resident matvec (header: "cached"): GB/s of the best of 5
+ * runs of ~10 ms over the same few rows, about CACHED_BYTES per thread. */
+#define CACHED_BYTES (1u << 20)
+static double cached_gbps(tern_pool_t *pool, int threads, const wset_t *w, int type, const bufs_t *b,
+                          tern_error_t *err) {
+    int64_t rows = (int64_t)((size_t)CACHED_BYTES * (size_t)threads / w->row_bytes) / 16 * 16;
+    if (rows < 16) rows = 16;
+    if (rows > BK_ROWS) rows = BK_ROWS;
+    kern_mat_t m = wset_mat(w, type, 0, rows);
+    if (kern_matvec(pool, &m, b->x, b->y, err)) return -1.0; /* into cache */
+    double best = 0.0;
+    for (int rep = 0; rep < 5; rep++) {
+        const uint64_t t0 = tern_now_ns();
+        uint64_t t = t0;
+        int done = 0;
+        while (done < 3 || (double)(t - t0) < 1e7) {
+            if (kern_matvec(pool, &m, b->x, b->y, err)) return -1.0;
+            done++;
+            t = tern_now_ns();
+        }
+        const double g = (double)w->row_bytes * (double)rows * done / (double)(t - t0);
+        if (g > best) best = g;
+    }
+    return best;
+}
+
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -283,6 +314,7 @@ static void print_json(const recs_t *r) {
         print_num(stdout, "pct_of_probe_now", e->pct_now, &first);
         print_num(stdout, "pct_of_probe_now_min", e->pct_lo, &first);
         print_num(stdout, "pct_of_probe_now_max", e->pct_hi, &first);
+        print_num(stdout, "cached_gbps", e->cached, &first);
         printf("}%s\n", i + 1 < r->n ? "," : "");
     }
     printf("]\n");
@@ -313,9 +345,9 @@ static void print_markdown(const recs_t *r, const int64_t *ns, int n_ns, size_t 
         if (!strcmp(r->v[i].op, "probe")) printf("| %d | %.1f |\n", r->v[i].threads, r->v[i].gbps);
     printf("\n## Kernels (matvec %d x %d over a %.0f MiB working set; GEMM %d x %d, GFLOP/s)\n\n", BK_ROWS, BK_K,
            (double)set_bytes / 1048576.0, BK_GEMM_ROWS, BK_K);
-    printf("| format | isa | t | matvec GB/s | %% of probe | probe now | %% of probe now (lowest-highest round) | matvec2 / matvec |");
+    printf("| format | isa | t | matvec GB/s | %% of probe | probe now | %% of probe now (lowest-highest round) | cached GB/s | matvec2 / matvec |");
     for (int i = 0; i < n_ns; i++) printf(" gemm N=%lld |", (long long)ns[i]);
-    printf(" gemm64 / matvec |\n|---|---|---:|---:|---:|---:|---:|---:|");
+    printf(" gemm64 / matvec |\n|---|---|---:|---:|---:|---:|---:|---:|---:|");
     for (int i = 0; i < n_ns; i++) printf("---:|");
     printf("---:|\n");
     for (int i = 0; i < r->n; i++) {
@@ -329,6 +361,7 @@ static void print_markdown(const recs_t *r, const int64_t *ns, int n_ns, size_t 
             printf(" - |");
         else
             printf(" %.0f%% (%.0f-%.0f) |", e->pct_now, e->pct_lo, e->pct_hi);
+        cell(e->cached, "%.1f");
         const rec_t *m2 = find(r, "matvec2", e->format, e->isa, e->threads, 0);
         cell(m2 ? m2->ratio : NAN, "%.2f");
         for (int j = 0; j < n_ns; j++) {
@@ -496,11 +529,13 @@ int bench_kernels_main(int argc, char **argv) {
                 e->gflops = flops_mat / mv_ns;
                 e->ns = mv_ns;
                 const double mv_gflops = e->gflops;
+                e->cached = cached_gbps(p, t, &w, type, &b, &err);
+                if (e->cached < 0) goto kerr;
                 fprintf(stderr,
                         "%s/%s t=%d: matvec %.1f GB/s (%.0f%% of probe, %.0f%% of probe now, rounds %.0f-%.0f%%), "
-                        "matvec2 %.2fx",
+                        "cached %.1f GB/s, matvec2 %.2fx",
                         quant_name(type), kern_isa_name(isa), t, e->gbps, e->pct, e->pct_now, e->pct_lo, e->pct_hi,
-                        rr.mv2_ratio);
+                        e->cached, rr.mv2_ratio);
                 e = rec_add(&recs, "matvec2", type, isa, t);
                 if (!e) goto oom;
                 e->gbps = rr.mv2_gbps;
