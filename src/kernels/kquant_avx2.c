@@ -232,8 +232,21 @@ KQ_INLINE void affine_kernel(int64_t nb, const void *const *wr, const int nr, co
 
 /* ---- Q6_K ------------------------------------------------------------------- */
 
-KQ_INLINE void q6k_block(const void *wv, int64_t b, const char *xa, size_t st, const int nc, __m256i *tv, float *dd) {
+/* Half h (elements 128h..128h+127) of a Q6_K block as unsigned 6-bit
+ * quants (q + 32): q[i] = elements 128h + 32i .. 128h + 32i + 31. */
+KQ_INLINE void q6k_unpack_half(const block_q6_K *w, int h, __m256i q[4]) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i l0 = loadu256(w->ql + 64 * h), l1 = loadu256(w->ql + 64 * h + 32);
+    const __m256i hv = loadu256(w->qh + 32 * h);
+    /* (qh >> 2i) & 3, moved to bits 4..5 of each byte */
+    q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
+    q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hv, m30));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                           _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+}
+
+KQ_INLINE void q6k_block(const void *wv, int64_t b, const char *xa, size_t st, const int nc, __m256i *tv, float *dd) {
     const block_q6_K *w = (const block_q6_K *)wv + b;
     prefetch_block(w, sizeof *w);
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w->scales));
@@ -249,14 +262,9 @@ KQ_INLINE void q6k_block(const void *wv, int64_t b, const char *xa, size_t st, c
                                                         : _mm256_castsi256_si128(sc16));
         const __m256i S0 = _mm256_shuffle_epi8(B, pick16(0, 1)), S1 = _mm256_shuffle_epi8(B, pick16(2, 3));
         const __m256i S2 = _mm256_shuffle_epi8(B, pick16(4, 5)), S3 = _mm256_shuffle_epi8(B, pick16(6, 7));
-        const __m256i l0 = loadu256(w->ql + 64 * h), l1 = loadu256(w->ql + 64 * h + 32);
-        const __m256i hv = loadu256(w->qh + 32 * h);
-        /* (qh >> 2i) & 3, moved to bits 4..5 of each byte */
-        const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
-        const __m256i q2 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
-        const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hv, m30));
-        const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                           _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
+        __m256i q[4];
+        q6k_unpack_half(w, h, q);
+        const __m256i q1 = q[0], q2 = q[1], q3 = q[2], q4 = q[3];
 #pragma GCC unroll 4
         for (int c = 0; c < nc; c++) {
             const int8_t *qa = act_at(xa, st, c, b)->qs + 128 * h;
@@ -490,19 +498,11 @@ static void ga_decode_affine(const void *blk, ga_row_t *o, const int q5) {
 
 /* One Q6_K block into o: the unpacking of q6k_block, minus 32. */
 static void ga_decode_q6(const block_q6_K *w, ga_row_t *o) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), m32 = _mm256_set1_epi8(32);
+    const __m256i m32 = _mm256_set1_epi8(32);
     for (int h = 0; h < 2; h++) {
-        const __m256i l0 = loadu256(w->ql + 64 * h), l1 = loadu256(w->ql + 64 * h + 32);
-        const __m256i hv = loadu256(w->qh + 32 * h);
-        const __m256i q1 = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 4), m30));
-        const __m256i q2 = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hv, 2), m30));
-        const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hv, m30));
-        const __m256i q4 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                           _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
-        _mm256_storeu_si256((__m256i *)(o->w + 128 * h), _mm256_sub_epi8(q1, m32));
-        _mm256_storeu_si256((__m256i *)(o->w + 128 * h + 32), _mm256_sub_epi8(q2, m32));
-        _mm256_storeu_si256((__m256i *)(o->w + 128 * h + 64), _mm256_sub_epi8(q3, m32));
-        _mm256_storeu_si256((__m256i *)(o->w + 128 * h + 96), _mm256_sub_epi8(q4, m32));
+        __m256i q[4];
+        q6k_unpack_half(w, h, q);
+        for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(o->w + 128 * h + 32 * i), _mm256_sub_epi8(q[i], m32));
     }
     for (int j = 0; j < 16; j++) {
         const uint32_t s = (uint16_t)(int16_t)w->scales[j];
