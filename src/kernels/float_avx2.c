@@ -213,10 +213,6 @@ ROWS_ENTRY(rows_f32_avx2, f32_rows, dot_f32_avx2)
 ROWS_ENTRY(rows_f16_avx2, f16_rows, dot_f16_avx2)
 ROWS_ENTRY(rows_bf16_avx2, bf16_rows, dot_bf16_avx2)
 
-static void act_copy_avx2(const float *x, void *xa, int64_t k) {
-    memcpy(xa, x, (size_t)k * sizeof(float));
-}
-
 /* ---- GEMM ------------------------------------------------------------------ */
 
 /* Blocking (the k-chunks of GEMM_KC = 256, the groups of 16 columns and
@@ -305,9 +301,9 @@ FLOAT_GEMM(f16, 2)
 FLOAT_GEMM(bf16, 2)
 
 void legacy_register_float_avx2(kern_table_t t) {
-    t[TYPE_F32][ISA_AVX2] = (kern_ops_t){dot_f32_avx2, act_copy_avx2, &f32_gemm};
-    t[TYPE_F16][ISA_AVX2] = (kern_ops_t){dot_f16_avx2, act_copy_avx2, &f16_gemm};
-    t[TYPE_BF16][ISA_AVX2] = (kern_ops_t){dot_bf16_avx2, act_copy_avx2, &bf16_gemm};
+    t[TYPE_F32][ISA_AVX2] = (kern_ops_t){dot_f32_avx2, legacy_act_copy, &f32_gemm};
+    t[TYPE_F16][ISA_AVX2] = (kern_ops_t){dot_f16_avx2, legacy_act_copy, &f16_gemm};
+    t[TYPE_BF16][ISA_AVX2] = (kern_ops_t){dot_bf16_avx2, legacy_act_copy, &bf16_gemm};
 }
 
 kern_rows_fn float_rows_avx2(kern_dot_fn dot) {

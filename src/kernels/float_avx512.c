@@ -176,10 +176,6 @@ ROWS_ENTRY(rows_f32_avx512, f32_rows, dot_f32_avx512)
 ROWS_ENTRY(rows_f16_avx512, f16_rows, dot_f16_avx512)
 ROWS_ENTRY(rows_bf16_avx512, bf16_rows, dot_bf16_avx512)
 
-static void act_copy_avx512(const float *x, void *xa, int64_t k) {
-    memcpy(xa, x, (size_t)k * sizeof(float));
-}
-
 /* ---- GEMM ------------------------------------------------------------------ */
 
 /* Blocking (the k-chunks of GEMM_KC = 256, the groups of 16 columns and
@@ -262,9 +258,9 @@ FLOAT_GEMM(f16, 2)
 FLOAT_GEMM(bf16, 2)
 
 void legacy_register_float_avx512(kern_table_t t) {
-    t[TYPE_F32][ISA_AVX512] = (kern_ops_t){dot_f32_avx512, act_copy_avx512, &f32_gemm};
-    t[TYPE_F16][ISA_AVX512] = (kern_ops_t){dot_f16_avx512, act_copy_avx512, &f16_gemm};
-    t[TYPE_BF16][ISA_AVX512] = (kern_ops_t){dot_bf16_avx512, act_copy_avx512, &bf16_gemm};
+    t[TYPE_F32][ISA_AVX512] = (kern_ops_t){dot_f32_avx512, legacy_act_copy, &f32_gemm};
+    t[TYPE_F16][ISA_AVX512] = (kern_ops_t){dot_f16_avx512, legacy_act_copy, &f16_gemm};
+    t[TYPE_BF16][ISA_AVX512] = (kern_ops_t){dot_bf16_avx512, legacy_act_copy, &bf16_gemm};
 }
 
 kern_rows_fn float_rows_avx512(kern_dot_fn dot) {

@@ -27,6 +27,9 @@
 extern float legacy_fp16_lut[1 << 16];
 void legacy_lut_init(void);
 
+/* The act fn of F32, F16 and BF16 weights in every ISA (a plain copy). */
+void legacy_act_copy(const float *x, void *xa, int64_t k);
+
 /* Activation rows of the 32-block formats. The act fns of Q4_0 / Q5_0 /
  * Q8_0 (act type Q8_0) and of Q4_1 / Q5_1 (Q8_1) quantize exactly as
  * quant_quantize_row does, but lay the row out for the AVX-512 kernels,

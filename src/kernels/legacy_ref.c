@@ -95,7 +95,8 @@ static void dot_bf16_ref(int64_t k, const void *w, const void *xa, size_t st, in
     for (int c = 0; c < nc; c++) out[c] = dot_bf16_1(k, w, (const float *)((const char *)xa + (size_t)c * st));
 }
 
-static void act_copy_ref(const float *x, void *xa, int64_t k) {
+/* The float formats' act fn in every ISA: the activations as they are. */
+void legacy_act_copy(const float *x, void *xa, int64_t k) {
     memcpy(xa, x, (size_t)k * sizeof(float));
 }
 
@@ -325,9 +326,9 @@ kern_rows_fn legacy_dot_rows(int type, kern_isa_t isa) {
 
 void kern_register_float(kern_table_t t) {
     legacy_lut_init();
-    t[TYPE_F32][ISA_SCALAR] = (kern_ops_t){dot_f32_ref, act_copy_ref, NULL};
-    t[TYPE_F16][ISA_SCALAR] = (kern_ops_t){dot_f16_ref, act_copy_ref, NULL};
-    t[TYPE_BF16][ISA_SCALAR] = (kern_ops_t){dot_bf16_ref, act_copy_ref, NULL};
+    t[TYPE_F32][ISA_SCALAR] = (kern_ops_t){dot_f32_ref, legacy_act_copy, NULL};
+    t[TYPE_F16][ISA_SCALAR] = (kern_ops_t){dot_f16_ref, legacy_act_copy, NULL};
+    t[TYPE_BF16][ISA_SCALAR] = (kern_ops_t){dot_bf16_ref, legacy_act_copy, NULL};
 #if defined(__x86_64__)
     legacy_register_float_avx2(t);
     legacy_register_float_avx512(t);
