@@ -775,8 +775,13 @@ KQ_INLINE __m512i muladd_bcast(__m512i t, __m512i d, const int32_t *p) {
  * super-blocks, continuing the float chains of st[r][c] (row r, column c;
  * first: start them at +0.0f) and leaving them there. Per sub-block, k-slice by k-slice: one
  * activation vector, then one vpdpbusd per row (the rows' chains advance
- * together, so independent instructions follow each other). */
-static void gq_kernel_affine(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
+ * together, so independent instructions follow each other). q6: Q6_K's 16
+ * sub-blocks of 16 (4 k-slices each, in order, no mins); else Q4_K/Q5_K's
+ * 8 sub-blocks of 32 (8 k-slices each, stored in gq_sub order, with mins).
+ * Inlined with a constant q6 into the two kernels below. */
+KQ_INLINE void gq_kernel(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first,
+                         const bool q6) {
+    const int units = q6 ? 16 : 8, slices = q6 ? 4 : 8; /* per unit: 4 * slices weight bytes */
     __m512 acc[GQ_R];
 #pragma GCC unroll 8
     for (int r = 0; r < GQ_R; r++) acc[r] = first ? _mm512_setzero_ps() : _mm512_load_ps(st[r]);
@@ -786,26 +791,27 @@ static void gq_kernel_affine(const gq_row_t *pw, const uint8_t *xg, int64_t nb, 
         __m512i T[GQ_R];
 #pragma GCC unroll 8
         for (int r = 0; r < GQ_R; r++) T[r] = _mm512_set1_epi32(w[r].negc);
-#pragma GCC unroll 4
-        for (int s = 0; s < 8; s += 2) { /* storage units s, s + 1: two chains per row */
-            const int j0 = gq_sub[s], j1 = gq_sub[s + 1];
-            const uint8_t *x0 = x + GQ_ACT_QS + 64 * 8 * j0, *x1 = x + GQ_ACT_QS + 64 * 8 * j1;
+#pragma GCC unroll 8
+        for (int u = 0; u < units; u += 2) { /* storage units u, u + 1: two chains per row */
+            const int j0 = q6 ? u : gq_sub[u], j1 = q6 ? u + 1 : gq_sub[u + 1];
+            const uint8_t *x0 = x + GQ_ACT_QS + 64 * slices * j0, *x1 = x + GQ_ACT_QS + 64 * slices * j1;
+            const int o0 = 4 * slices * u, o1 = o0 + 4 * slices;
             __m512i d0[GQ_R], d1[GQ_R];
             {
                 const __m512i a0 = _mm512_loadu_si512(x0), a1 = _mm512_loadu_si512(x1);
 #pragma GCC unroll 8
                 for (int r = 0; r < GQ_R; r++) {
-                    d0[r] = dp0_bcast(a0, w[r].w + 32 * s);
-                    d1[r] = dp0_bcast(a1, w[r].w + 32 * s + 32);
+                    d0[r] = dp0_bcast(a0, w[r].w + o0);
+                    d1[r] = dp0_bcast(a1, w[r].w + o1);
                 }
             }
 #pragma GCC unroll 7
-            for (int i = 1; i < 8; i++) {
+            for (int i = 1; i < slices; i++) {
                 const __m512i a0 = _mm512_loadu_si512(x0 + 64 * i), a1 = _mm512_loadu_si512(x1 + 64 * i);
 #pragma GCC unroll 8
                 for (int r = 0; r < GQ_R; r++) {
-                    d0[r] = dp_bcast(d0[r], a0, w[r].w + 32 * s + 4 * i);
-                    d1[r] = dp_bcast(d1[r], a1, w[r].w + 32 * s + 32 + 4 * i);
+                    d0[r] = dp_bcast(d0[r], a0, w[r].w + o0 + 4 * i);
+                    d1[r] = dp_bcast(d1[r], a1, w[r].w + o1 + 4 * i);
                 }
             }
 #pragma GCC unroll 8
@@ -814,10 +820,16 @@ static void gq_kernel_affine(const gq_row_t *pw, const uint8_t *xg, int64_t nb, 
                 T[r] = muladd_bcast(T[r], d1[r], &w[r].sc[j1]);
             }
         }
+        const __m512 DA = _mm512_loadu_ps(x + GQ_ACT_D);
+        if (q6) {
+#pragma GCC unroll 8
+            for (int r = 0; r < GQ_R; r++)
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T[r]), _mm512_mul_ps(DA, _mm512_set1_ps(w[r].d)), acc[r]);
+            continue;
+        }
         __m512i P[4];
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++) P[i] = _mm512_loadu_si512(x + GQ_ACT_P + 64 * i);
-        const __m512 DA = _mm512_loadu_ps(x + GQ_ACT_D);
 #pragma GCC unroll 8
         for (int r = 0; r < GQ_R; r++) {
             __m512i m = _mm512_dpwssd_epi32(_mm512_setzero_si512(), P[0], _mm512_set1_epi32((int)w[r].mn[0]));
@@ -830,52 +842,11 @@ static void gq_kernel_affine(const gq_row_t *pw, const uint8_t *xg, int64_t nb, 
 #pragma GCC unroll 8
     for (int r = 0; r < GQ_R; r++) _mm512_store_ps(st[r], acc[r]);
 }
-
-/* As gq_kernel_affine, with sub-blocks of 16 (four k-slices). */
+static void gq_kernel_affine(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
+    gq_kernel(pw, xg, nb, st, first, false);
+}
 static void gq_kernel_q6(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
-    __m512 acc[GQ_R];
-#pragma GCC unroll 8
-    for (int r = 0; r < GQ_R; r++) acc[r] = first ? _mm512_setzero_ps() : _mm512_load_ps(st[r]);
-    for (int64_t b = 0; b < nb; b++) {
-        const gq_row_t *w = pw + b * GQ_R;
-        const uint8_t *x = xg + (size_t)b * GQ_ACT_SB;
-        __m512i T[GQ_R];
-#pragma GCC unroll 8
-        for (int r = 0; r < GQ_R; r++) T[r] = _mm512_set1_epi32(w[r].negc);
-#pragma GCC unroll 8
-        for (int j = 0; j < 16; j += 2) { /* sub-blocks j, j + 1: two chains per row */
-            const uint8_t *x0 = x + GQ_ACT_QS + 64 * 4 * j, *x1 = x0 + 64 * 4;
-            __m512i d0[GQ_R], d1[GQ_R];
-            {
-                const __m512i a0 = _mm512_loadu_si512(x0), a1 = _mm512_loadu_si512(x1);
-#pragma GCC unroll 8
-                for (int r = 0; r < GQ_R; r++) {
-                    d0[r] = dp0_bcast(a0, w[r].w + 16 * j);
-                    d1[r] = dp0_bcast(a1, w[r].w + 16 * j + 16);
-                }
-            }
-#pragma GCC unroll 3
-            for (int i = 1; i < 4; i++) {
-                const __m512i a0 = _mm512_loadu_si512(x0 + 64 * i), a1 = _mm512_loadu_si512(x1 + 64 * i);
-#pragma GCC unroll 8
-                for (int r = 0; r < GQ_R; r++) {
-                    d0[r] = dp_bcast(d0[r], a0, w[r].w + 16 * j + 4 * i);
-                    d1[r] = dp_bcast(d1[r], a1, w[r].w + 16 * j + 16 + 4 * i);
-                }
-            }
-#pragma GCC unroll 8
-            for (int r = 0; r < GQ_R; r++) {
-                T[r] = muladd_bcast(T[r], d0[r], &w[r].sc[j]);
-                T[r] = muladd_bcast(T[r], d1[r], &w[r].sc[j + 1]);
-            }
-        }
-        const __m512 DA = _mm512_loadu_ps(x + GQ_ACT_D);
-#pragma GCC unroll 8
-        for (int r = 0; r < GQ_R; r++)
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T[r]), _mm512_mul_ps(DA, _mm512_set1_ps(w[r].d)), acc[r]);
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < GQ_R; r++) _mm512_store_ps(st[r], acc[r]);
+    gq_kernel(pw, xg, nb, st, first, true);
 }
 
 enum { GQ_Q4K, GQ_Q5K, GQ_Q6K };
