@@ -41,40 +41,55 @@
  * or 6 bits) once for all columns and multiplied with the signed activation
  * bytes by maddubs (pairs to int16, no saturation: 2 * 63 * 128 < 2^15),
  * then madd with the sub-block scale gives 8 int32 lanes whose sum is T_b;
- * Q6_K's -32 offset is taken out as 32 * sum(sc * bsums). M_b's 8 lanes come
- * from one madd of the bsums with the mins. Each (row, column) pair ("slot")
- * reduces its T and M vectors with one hadd; the slots go in groups of 4
- * (slot order r * nc + c, missing slots zero) through a transposing hadd
- * reduction to one xmm of 4 T_b and one of 4 M_b, and the chain above runs
- * on 4 float lanes (lane s: da of the slot's column times d / dmin of its
- * row). A slot's operations do not depend on the tile it is in.
+ * Q6_K's -32 offset is taken out as 32 * sum(sc * bsums).
+ * Q4_K / Q5_K (affine_kernel): the (sc_j, sc_j) int16 pairs go through a
+ * 32-byte stack buffer and are broadcast from it (loads, not shuffles: the
+ * 2-column tile is port-bound). A row pair's 8-lane T vectors of one column
+ * fold into a "pair vector" (4 lanes of row 2p | 4 of row 2p+1); M of a row
+ * pair and column is one madd of the two rows' mins (int16, one per lane)
+ * with the column's S_j = bsums[2j] + bsums[2j+1] (one phaddw per column
+ * and block), a pair vector too; up to 4 pair vectors reduce by 3 hadds to
+ * one vector of T_b (resp. M_b) whose lane (r & 1) * 4 + (r / 2) * nc + c is
+ * slot (r, c), and the chain above runs on 8 float lanes (da of the slot's
+ * column times d / dmin of its row, from one cvtph2ps of the rows' (d, dmin)
+ * and a permute). Q6_K (q6k_kernel): each slot's T vector, in groups of 4
+ * slots (slot order r * nc + c, missing slots zero), through a transposing
+ * hadd reduction, the chain on 4 float lanes. Either way a slot's operations
+ * do not depend on the tile it is in.
  *
  * ---- GEMM (kern_gemm_t) ---------------------------------------------------
  *
  * prep (ga_prep, shared by the three formats) lays out a group of 16
  * columns as two halves of 8 (one ymm of int32 = 8 columns), per half and
  * super-block (GA_ACT_SB bytes): 64 vectors, vector i = k-slice 4i..4i+3 of
- * the 8 columns (dword c = column c), each byte + 128 (unsigned); 4 vectors
- * of (S_2i, S_2i+1) int16 pairs, S_j = bsums[2j] + bsums[2j+1]; the 8 da.
- * Lanes of missing columns are zero; halves without columns are skipped.
- * run decodes blocks of rows into per-thread scratch (ga_row_t: 256 signed
- * weight bytes in natural order, Q4_K 0..15, Q5_K 0..31, Q6_K q - 32; scales
- * as int16 pairs; mins pairs; d, dmin; negc = -128 * sum_j sc_j * sum_{i in
- * j} w_i, the correction of the +128 offset), then loops column blocks (L2),
- * row blocks (L2), k-chunks of GA_KC super-blocks (a half-group's chunk in
- * L1), groups, halves, panels of GA_R rows: the micro-kernel, GA_R rows x 8
- * columns. Per super-block and row, T starts at negc; per run of KS
- * k-slices of one sub-block (Q4_K 4, Q5_K / Q6_K 2: the int16 bound, e.g.
- * Q4_K 4 * 2 * 15 * 255 < 2^15, Q6_K 2 * 2 * 32 * 255 < 2^15), each
- * activation vector is loaded once and serves every row: maddubs(activations
- * + 128, the row's weight dword broadcast), summed in int16 along the run,
- * then T += madd(that, the broadcast scale pair). M_b is four madds of the
- * row's mins pairs against the S vectors; then the chain above with 8 lanes
- * = 8 columns (DA * broadcast d: the same float products). The chains wait
- * in scratch between k-chunks (a stored float reloads exactly).
+ * the 8 columns (dword c = column c), signed bytes as quantized (Q4_K,
+ * Q5_K); 4 vectors of (S_2i, S_2i+1) int16 pairs, S_j = bsums[2j] +
+ * bsums[2j+1]; the 8 da; the 64 vectors again with each byte + 128
+ * (unsigned: Q6_K). Lanes of missing columns are zero; halves without
+ * columns are skipped. run decodes blocks of rows into per-thread scratch
+ * (ga_row_t: 256 weight bytes in natural order, Q4_K 0..15, Q5_K 0..31
+ * (unsigned), Q6_K q - 32 (signed); scales as int16 pairs; mins pairs; d,
+ * dmin; Q6_K's negc = -128 * sum_j sc_j * sum_{i in j} w_i, the correction
+ * of the +128 offset), then loops column blocks (L2), row blocks (L2),
+ * k-chunks of GA_KC super-blocks (a half-group's chunk in L1), groups,
+ * halves, panels of GA_R rows: the micro-kernel, GA_R rows x 8 columns.
+ * Per super-block and row, T starts at 0 (Q6_K: negc); per run of KS
+ * k-slices of one sub-block (Q4_K 8 = the whole sub-block, Q5_K 4, Q6_K 2:
+ * the int16 bound, 8 * 2 * 15 * 128, 4 * 2 * 31 * 128 and 2 * 2 * 32 * 255
+ * < 2^15), each activation vector is loaded once and serves every row:
+ * maddubs of the row's weight dword broadcast (unsigned) with the
+ * activations (signed) for Q4_K / Q5_K, of the activations + 128 with the
+ * weights (signed) for Q6_K, summed in int16 along the run (kept a chain by
+ * an empty asm: GCC would reassociate it into trees that spill), then T +=
+ * madd(that, the broadcast scale pair). M_b is four madds of the row's mins
+ * pairs against the S vectors; then the chain above with 8 lanes = 8
+ * columns (DA * broadcast d: the same float products). The chains wait in
+ * scratch between k-chunks (a stored float reloads exactly).
  * Measured (cache-resident 256 x 4096, one thread, n = 64; /tmp harness):
  * ~1.6x the GFLOP/s of the former dot-tiled GEMM; panel height 2..6 rows
- * made no clear difference.
+ * made no clear difference. Signed activations for Q4_K / Q5_K (longer
+ * runs, no negc) and the chain asm: ~+5% Q4_K, ~+15% Q5_K at n = 64, more
+ * at n = 16 (cheaper decode).
  */
 #include "common.h"
 #include "kquant.h"
@@ -83,6 +98,13 @@
 #include <stddef.h>
 
 #define KQ_INLINE static inline __attribute__((always_inline))
+#define KQ_PRAGMA(x) _Pragma(#x)
+/* An empty asm that the compiler must assume changes v: keeps an integer
+ * accumulation a chain (GCC otherwise reassociates the unrolled sums into
+ * trees whose partial results spill). */
+#define KQ_OPAQUE(v) __asm__("" : "+x"(v))
+#define KQ_UNROLL_(n) KQ_PRAGMA(GCC unroll n)
+#define KQ_UNROLL(n) KQ_UNROLL_(n)
 
 /* fp16 scales are converted with F16C (exact, like fp16_to_f32) so that the
  * hot loops make no calls. */
@@ -118,41 +140,73 @@ KQ_INLINE __m256i pick16(int e, int f) {
 
 /* ---- Q4_K / Q5_K ------------------------------------------------------------ */
 
-/* Super-block b of one row (wv) for nc columns: adds to acc[0..nc-1]. Every
- * kernel below is this function in a loop, so a column's (and a row's)
- * operations never depend on how many share a call. */
-KQ_INLINE void affine_block(const void *wv, int64_t b, const char *xa, size_t st, const int nc, __m256i *h,
-                            float *dd, float *dm, const int is_q5) {
+/* Slot reduction. A "pair vector" holds 4 partial sums of two slots: rows
+ * 2p (low 128-bit lane) and 2p+1 (high lane) of one column. */
+
+/* [a.lo + a.hi | b.lo + b.hi]: two 8-lane vectors folded into a pair vector. */
+KQ_INLINE __m256i fold2(__m256i a, __m256i b) {
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+/* [a.lo + a.hi | 0]: a row pair without its second row. */
+KQ_INLINE __m256i fold1(__m256i a) {
+    return _mm256_zextsi128_si256(_mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)));
+}
+/* n (1..4) pair vectors -> lane q: the sum of p[q]'s low lane, lane 4 + q:
+ * of its high lane (q >= n repeat smaller q). */
+KQ_INLINE __m256i reduce_pairs(const __m256i *p, const int n) {
+    const __m256i a = _mm256_hadd_epi32(p[0], n > 1 ? p[1] : p[0]);
+    const __m256i b = n > 2 ? _mm256_hadd_epi32(p[2], n > 3 ? p[3] : p[2]) : a;
+    return _mm256_hadd_epi32(a, b);
+}
+
+/* Float lanes of a tile of nr rows x nc columns (nr * nc <= 8, at most 4
+ * pair vectors): lane (r & 1) * 4 + (r / 2) * nc + c is slot (r, c). */
+KQ_INLINE int lane_of(int r, int c, int nc) { return (r & 1) * 4 + (r / 2) * nc + c; }
+/* The row of lane l (0 for lanes without a slot). */
+KQ_INLINE int row_of_lane(int l, int nr, int nc) {
+    const int r = 2 * ((l & 3) / nc) + (l >> 2);
+    return r < nr ? r : 0;
+}
+/* The activation scales of the tile's columns in their lanes. */
+KQ_INLINE __m256 lanes_da(const char *xa, size_t st, int64_t b, const int nc) {
+    if (nc == 1) return _mm256_set1_ps(act_at(xa, st, 0, b)->d);
+    if (nc == 2) return _mm256_blend_ps(_mm256_set1_ps(act_at(xa, st, 0, b)->d), _mm256_set1_ps(act_at(xa, st, 1, b)->d), 0xAA);
+    float v[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) v[c] = act_at(xa, st, c < nc ? c : 0, b)->d;
+    return _mm256_setr_ps(v[0], v[1], v[2], v[3], v[0], v[1], v[2], v[3]);
+}
+
+/* Super-block b of one row (wv) for nc columns: t[c] = 8 int32 lanes whose
+ * sum is T_b; the row's mins (byte j = m_j) to *m8, its fp16 (d, dmin) to
+ * *dm. Every kernel below is this function in a loop, so a column's (and a
+ * row's) integers never depend on how many share a call. */
+KQ_INLINE void affine_row(const void *wv, int64_t b, const char *xa, size_t st, const int nc, __m256i *t,
+                          uint64_t *m8, uint32_t *dm, const int is_q5) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
     const uint8_t *scales, *qs, *qhp = NULL;
-    fp16_t hd, hm;
+    const void *blk;
     if (is_q5) {
         const block_q5_K *w = (const block_q5_K *)wv + b;
+        scales = w->scales, qs = w->qs, qhp = w->qh, blk = w;
         prefetch_block(w, sizeof *w);
-        scales = w->scales, qs = w->qs, qhp = w->qh, hd = w->d, hm = w->dmin;
     } else {
         const block_q4_K *w = (const block_q4_K *)wv + b;
+        scales = w->scales, qs = w->qs, blk = w;
         prefetch_block(w, sizeof *w);
-        scales = w->scales, qs = w->qs, hd = w->d, hm = w->dmin;
     }
-    uint64_t sc8, m8;
-    kquant_scales_k4(scales, &sc8, &m8);
-    /* sc[0..7] as int16 in both lanes; mins as m0 m0 m1 m1 .. m7 m7 to
-     * pair with the 16 bsums (two per 32-element sub-block) */
-    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
-    const __m128i mb = _mm_cvtsi64_si128((long long)m8);
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mb, mb));
-    *dd = _cvtsh_ss(hd);
-    *dm = _cvtsh_ss(hm);
+    memcpy(dm, blk, 4); /* d, dmin */
+    uint64_t sc8;
+    kquant_scales_k4(scales, &sc8, m8);
+    /* (sc_j, sc_j) int16 pairs, broadcast from memory below (loads, not shuffles) */
+    int32_t scp[8] __attribute__((aligned(32)));
+    const __m128i sb = _mm_cvtsi64_si128((long long)sc8);
+    _mm256_store_si256((__m256i *)scp, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sb, sb)));
+    __asm__("" : "+m"(*(int32_t(*)[8])scp)); /* keep the compiler from turning the loads into shuffles */
     __m256i hb = is_q5 ? loadu256(qhp) : _mm256_setzero_si256();
-    __m256i sumi[KERN_MAX_COLS];
-#pragma GCC unroll 4
-    for (int c = 0; c < nc; c++) sumi[c] = _mm256_setzero_si256();
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
         /* 64 elements: low nibbles = sub-block 2j, high = 2j+1 */
-        const __m256i s_lo = _mm256_shuffle_epi8(sc16, pick16(2 * j, 2 * j));
-        const __m256i s_hi = _mm256_shuffle_epi8(sc16, pick16(2 * j + 1, 2 * j + 1));
         const __m256i q = loadu256(qs + 32 * j);
         __m256i ql = _mm256_and_si256(q, m4), qh = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
         if (is_q5) { /* bit 2j / 2j+1 of qh[l], brought to bit 0 / 1 by the shifts so far */
@@ -160,74 +214,75 @@ KQ_INLINE void affine_block(const void *wv, int64_t b, const char *xa, size_t st
             qh = _mm256_or_si256(qh, _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
             hb = _mm256_srli_epi16(hb, 2);
         }
+        const __m256i s_lo = _mm256_set1_epi32(scp[2 * j]), s_hi = _mm256_set1_epi32(scp[2 * j + 1]);
 #pragma GCC unroll 4
         for (int c = 0; c < nc; c++) {
             const int8_t *qa = act_at(xa, st, c, b)->qs + 64 * j;
-            __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ql, loadu256(qa)), s_lo);
-            __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(qh, loadu256(qa + 32)), s_hi);
-            sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(p0, p1));
+            const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ql, loadu256(qa)), s_lo);
+            const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(qh, loadu256(qa + 32)), s_hi);
+            t[c] = j ? _mm256_add_epi32(t[c], _mm256_add_epi32(p0, p1)) : _mm256_add_epi32(p0, p1);
         }
-    }
-#pragma GCC unroll 4
-    for (int c = 0; c < nc; c++) {
-        const block_q8_K *a = act_at(xa, st, c, b);
-        const __m256i summ = _mm256_madd_epi16(loadu256(a->bsums), mins);
-        h[c] = _mm256_hadd_epi32(sumi[c], summ); /* [T01 T23 M01 M23 | T45 T67 M45 M67] */
     }
 }
 
-/* Four slots' hadd(T_s, M_s) vectors -> T_b (lane s) and M_b (lane s). */
-KQ_INLINE void reduce_tm(const __m256i h[4], __m128i *T, __m128i *M) {
-    const __m256i g01 = _mm256_hadd_epi32(h[0], h[1]), g23 = _mm256_hadd_epi32(h[2], h[3]);
-    const __m128i a = _mm_add_epi32(_mm256_castsi256_si128(g01), _mm256_extracti128_si256(g01, 1)); /* T0 M0 T1 M1 */
-    const __m128i c = _mm_add_epi32(_mm256_castsi256_si128(g23), _mm256_extracti128_si256(g23, 1)); /* T2 M2 T3 M3 */
-    *T = _mm_castps_si128(_mm_shuffle_ps(_mm_castsi128_ps(a), _mm_castsi128_ps(c), _MM_SHUFFLE(2, 0, 2, 0)));
-    *M = _mm_castps_si128(_mm_shuffle_ps(_mm_castsi128_ps(a), _mm_castsi128_ps(c), _MM_SHUFFLE(3, 1, 3, 1)));
+/* nr rows (at any addresses) x nc columns, read in lockstep: out[r*nc + c].
+ * Per super-block: each row's T lanes, folded by row pairs into pair vectors
+ * and reduced by reduce_pairs; M of a row pair and column is one madd of the
+ * two rows' mins (int16, low / high lane) with the column's sub-block sums
+ * S_j = bsums[2j] + bsums[2j+1] (int16, both lanes), reduced the same way;
+ * then the chains of all slots in one vector of 8 float lanes (lane_of). */
+KQ_INLINE void affine_kernel(int64_t nb, const void *const *wr, const int nr, const char *xa, size_t st, const int nc,
+                             float *out, const int is_q5) {
+    _Static_assert(KQUANT_MAX_ACC == 8, "one vector of 8 slots");
+    const int np = (nr + 1) / 2, nq = np * nc; /* row pairs, pair vectors (<= 4) */
+    int id[8], im[8];
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; l++) id[l] = 2 * row_of_lane(l, nr, nc), im[l] = id[l] + 1;
+    const __m256i idx_d = _mm256_setr_epi32(id[0], id[1], id[2], id[3], id[4], id[5], id[6], id[7]);
+    const __m256i idx_m = _mm256_setr_epi32(im[0], im[1], im[2], im[3], im[4], im[5], im[6], im[7]);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i tp[4], mp[4], tprev[KERN_MAX_COLS];
+        uint64_t m8[4] = {0, 0, 0, 0};
+        uint32_t dm[4] = {0, 0, 0, 0};
+#pragma GCC unroll 4
+        for (int r = 0; r < nr; r++) {
+            __m256i t[KERN_MAX_COLS];
+            affine_row(wr[r], b, xa, st, nc, t, &m8[r], &dm[r], is_q5);
+#pragma GCC unroll 4
+            for (int c = 0; c < nc; c++) {
+                if (r & 1) tp[(r / 2) * nc + c] = fold2(tprev[c], t[c]);
+                else if (r == nr - 1) tp[(r / 2) * nc + c] = fold1(t[c]);
+                else tprev[c] = t[c];
+            }
+        }
+#pragma GCC unroll 4
+        for (int c = 0; c < nc; c++) {
+            const int16_t *bs = act_at(xa, st, c, b)->bsums;
+            const __m128i s = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)bs), _mm_loadu_si128((const __m128i *)(bs + 8)));
+            const __m256i S = _mm256_broadcastsi128_si256(s);
+#pragma GCC unroll 2
+            for (int p = 0; p < np; p++)
+                mp[p * nc + c] = _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_set_epi64x((long long)m8[2 * p + 1], (long long)m8[2 * p])), S);
+        }
+        const __m256i T = reduce_pairs(tp, nq), M = reduce_pairs(mp, nq);
+        const __m256 F = _mm256_cvtph_ps(_mm_setr_epi32((int)dm[0], (int)dm[1], (int)dm[2], (int)dm[3]));
+        const __m256 A = lanes_da(xa, st, b, nc);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T), _mm256_mul_ps(A, _mm256_permutevar8x32_ps(F, idx_d)), acc);
+        acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(M), _mm256_mul_ps(A, _mm256_permutevar8x32_ps(F, idx_m)), acc);
+    }
+    float o[8];
+    _mm256_storeu_ps(o, acc);
+#pragma GCC unroll 4
+    for (int r = 0; r < nr; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < nc; c++) out[r * nc + c] = o[lane_of(r, c, nc)];
 }
 
 /* Four slots' T vectors -> T_b (lane s). */
 KQ_INLINE __m128i reduce_t(const __m256i v[4]) {
     const __m256i g = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
     return _mm_add_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1));
-}
-
-/* nr rows (at any addresses) x nc columns, read in lockstep: out[r*nc + c]. */
-KQ_INLINE void affine_kernel(int64_t nb, const void *const *wr, const int nr, const char *xa, size_t st, const int nc,
-                             float *out, const int is_q5) {
-    _Static_assert(KQUANT_MAX_ACC == 8, "two groups of 4 slots");
-    __m128 acc[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i h[4];
-        float va[4], vd[4], vm[4];
-        int ns = 0, g = 0;
-#pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) {
-            __m256i hr[KERN_MAX_COLS];
-            float d, dm;
-            affine_block(wr[r], b, xa, st, nc, hr, &d, &dm, is_q5);
-#pragma GCC unroll 4
-            for (int c = 0; c < nc; c++) {
-                h[ns] = hr[c], va[ns] = act_at(xa, st, c, b)->d, vd[ns] = d, vm[ns] = dm;
-                if (++ns == 4 || (r == nr - 1 && c == nc - 1)) {
-#pragma GCC unroll 4
-                    for (int i = ns; i < 4; i++) h[i] = _mm256_setzero_si256(), va[i] = vd[i] = vm[i] = 0.0f;
-                    __m128i T, M;
-                    reduce_tm(h, &T, &M);
-                    const __m128 A = _mm_setr_ps(va[0], va[1], va[2], va[3]);
-                    const __m128 ad = _mm_mul_ps(A, _mm_setr_ps(vd[0], vd[1], vd[2], vd[3]));
-                    const __m128 am = _mm_mul_ps(A, _mm_setr_ps(vm[0], vm[1], vm[2], vm[3]));
-                    acc[g] = _mm_fmadd_ps(_mm_cvtepi32_ps(T), ad, acc[g]);
-                    acc[g] = _mm_fnmadd_ps(_mm_cvtepi32_ps(M), am, acc[g]);
-                    g++, ns = 0;
-                }
-            }
-        }
-    }
-    float o[8];
-    _mm_storeu_ps(o, acc[0]);
-    _mm_storeu_ps(o + 4, acc[1]);
-#pragma GCC unroll 8
-    for (int i = 0; i < nr * nc; i++) out[i] = o[i];
 }
 
 /* ---- Q6_K ------------------------------------------------------------------- */
@@ -332,20 +387,22 @@ KQ_INLINE void q6k_kernel(int64_t nb, const void *const *wr, const int nr, const
 #endif
 #define GA_MC_MAX 64
 #define GA_MC_BYTES (256 * 1024)
-#define GA_KC 8     /* super-blocks per k-chunk: 8 * GA_ACT_SB = 17 KB of activations (L1) */
+#define GA_KC 8     /* super-blocks per k-chunk: 8 x 2.2 KB of one layout of the activations (L1) */
 #define GA_GMAX 32
 #define GA_GMAX_BYTES (768 * 1024)
 /* one half-group (8 columns) and super-block of prep's layout */
-#define GA_ACT_QS 0
+#define GA_ACT_QS 0                   /* signed (Q4_K, Q5_K) */
 #define GA_ACT_P (GA_ACT_QS + 64 * 32)
 #define GA_ACT_D (GA_ACT_P + 4 * 32)
-#define GA_ACT_SB (GA_ACT_D + 32)
+#define GA_ACT_QU (GA_ACT_D + 32 + 32) /* + 128, unsigned (Q6_K); 64-aligned */
+#define GA_ACT_SB (GA_ACT_QU + 64 * 32)
 _Static_assert(GA_HALVES == 2, "two vectors of 8 columns per group");
 
-/* One row's super-block, decoded: w: the 256 weights as signed bytes in
- * natural order (Q4_K 0..15, Q5_K 0..31, Q6_K q - 32); sc: sub-block scale j
- * as an int16 pair (sc_j, sc_j); mn: mins pairs (m_2i, m_2i+1); negc: -128 *
- * sum_j sc_j * sum_{i in j} w_i (the +128 offset of the activations). */
+/* One row's super-block, decoded: w: the 256 weights in natural order
+ * (Q4_K 0..15, Q5_K 0..31, unsigned; Q6_K q - 32, signed); sc: sub-block
+ * scale j as an int16 pair (sc_j, sc_j); mn: mins pairs (m_2i, m_2i+1);
+ * negc: Q6_K -128 * sum_j sc_j * sum_{i in j} w_i (the +128 offset of its
+ * activations), 0 for Q4_K / Q5_K. */
 typedef struct {
     int8_t w[QK_K];
     uint32_t sc[16];
@@ -394,10 +451,12 @@ static size_t ga_scratch_size(int64_t k) {
 /* One group of ncols (1..16) Q8_K columns: half h (columns 8h..8h+7) at
  * h * nb * GA_ACT_SB, super-block b of it at b * GA_ACT_SB:
  *   [GA_ACT_QS] 64 vectors: dword c of vector i = bytes 4i..4i+3 of column
- *               c, each XOR 0x80 (a + 128 as an unsigned byte);
+ *               c (signed, as quantized; Q4_K / Q5_K);
  *   [GA_ACT_P]  4 vectors: dword c of vector i = (S_2i, S_2i+1) of column c
  *               as int16, S_j = bsums[2j] + bsums[2j+1];
- *   [GA_ACT_D]  the 8 columns' da.
+ *   [GA_ACT_D]  the 8 columns' da (then 32 zero bytes);
+ *   [GA_ACT_QU] the QS vectors with each byte XOR 0x80 (a + 128 as an
+ *               unsigned byte; Q6_K).
  * Missing columns are zeros. */
 static void ga_prep(int64_t k, const void *xav, size_t st, int ncols, void *xgv) {
     TERN_CHECK(k % QK_K == 0 && ncols >= 1 && ncols <= KERN_GEMM_GROUP);
@@ -406,12 +465,12 @@ static void ga_prep(int64_t k, const void *xav, size_t st, int ncols, void *xgv)
     for (int hf = 0; hf < GA_HALVES; hf++) {
         for (int64_t b = 0; b < nb; b++) {
             uint8_t *o = (uint8_t *)xgv + ((size_t)hf * (size_t)nb + (size_t)b) * GA_ACT_SB;
-            uint32_t Q[64][GA_LANES], P[4][GA_LANES];
+            uint32_t Q[64][GA_LANES], U[64][GA_LANES], P[4][GA_LANES];
             float D[GA_LANES];
             for (int l = 0; l < GA_LANES; l++) {
                 const int c = GA_LANES * hf + l;
                 if (c >= ncols) {
-                    for (int i = 0; i < 64; i++) Q[i][l] = 0;
+                    for (int i = 0; i < 64; i++) Q[i][l] = U[i][l] = 0;
                     for (int i = 0; i < 4; i++) P[i][l] = 0;
                     D[l] = 0.0f;
                     continue;
@@ -420,7 +479,8 @@ static void ga_prep(int64_t k, const void *xav, size_t st, int ncols, void *xgv)
                 for (int i = 0; i < 64; i++) {
                     uint32_t v;
                     memcpy(&v, a->qs + 4 * i, 4);
-                    Q[i][l] = v ^ 0x80808080u;
+                    Q[i][l] = v;
+                    U[i][l] = v ^ 0x80808080u;
                 }
                 for (int i = 0; i < 4; i++) {
                     const int s0 = a->bsums[4 * i] + a->bsums[4 * i + 1], s1 = a->bsums[4 * i + 2] + a->bsums[4 * i + 3];
@@ -431,6 +491,8 @@ static void ga_prep(int64_t k, const void *xav, size_t st, int ncols, void *xgv)
             memcpy(o + GA_ACT_QS, Q, sizeof Q);
             memcpy(o + GA_ACT_P, P, sizeof P);
             memcpy(o + GA_ACT_D, D, sizeof D);
+            memset(o + GA_ACT_D + sizeof D, 0, GA_ACT_QU - GA_ACT_D - sizeof D);
+            memcpy(o + GA_ACT_QU, U, sizeof U);
         }
     }
 }
@@ -456,7 +518,7 @@ KQ_INLINE int32_t ga_scaled_sum(const ga_row_t *o, const int q6) {
     return hsum_epi32_256(s);
 }
 
-/* One Q4_K (q5 = 0) / Q5_K block into o: the unpacking of affine_block,
+/* One Q4_K (q5 = 0) / Q5_K block into o: the unpacking of affine_row,
  * stored in natural order. */
 static void ga_decode_affine(const void *blk, ga_row_t *o, const int q5) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
@@ -483,14 +545,11 @@ static void ga_decode_affine(const void *blk, ga_row_t *o, const int q5) {
         _mm256_storeu_si256((__m256i *)(o->w + 64 * j), ql);
         _mm256_storeu_si256((__m256i *)(o->w + 64 * j + 32), qh);
     }
-    for (int j = 0; j < 8; j++) {
-        const uint32_t s = (uint32_t)(sc8 >> (8 * j)) & 0xFF, m = (uint32_t)(m8 >> (8 * j)) & 0xFF;
-        o->sc[j] = s | s << 16;
-        o->sc[8 + j] = 0;
-        if (j < 4) o->mn[j] = 0;
-        o->mn[j / 2] |= m << (16 * (j & 1));
-    }
-    o->negc = -128 * ga_scaled_sum(o, 0);
+    const __m128i sb = _mm_cvtsi64_si128((long long)sc8);
+    _mm256_storeu_si256((__m256i *)o->sc, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sb, sb))); /* (sc_j, sc_j) */
+    _mm256_storeu_si256((__m256i *)(o->sc + 8), _mm256_setzero_si256());
+    _mm_storeu_si128((__m128i *)o->mn, _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m8))); /* (m_2i, m_2i+1) */
+    o->negc = 0; /* signed activations: no offset */
     o->d = _cvtsh_ss(hd);
     o->dmin = _cvtsh_ss(hm);
     o->pad = 0;
@@ -521,15 +580,23 @@ KQ_INLINE __m256i bcast32(const void *p) {
     return _mm256_set1_epi32(v);
 }
 
+/* maddubs of 4-byte slices: Q6_K activations + 128 (unsigned) x weights q - 32
+ * (signed); Q4_K / Q5_K weights (unsigned) x activations (signed). */
+KQ_INLINE __m256i ga_mul(__m256i a, __m256i w, const int q6) {
+    return q6 ? _mm256_maddubs_epi16(a, w) : _mm256_maddubs_epi16(w, a);
+}
+
 /* GA_R rows (pw: [b][GA_R] decoded) x 8 columns (x: one half-group, at the
  * first super-block) over nb super-blocks, continuing the float chains st
- * (first: from +0.0f). Per sub-block, k-slices in runs of KS (Q4_K 4, Q5_K
- * and Q6_K 2: the int16 bound): maddubs of the activations (+128, unsigned)
- * with the row's weight dword broadcast (signed), summed in int16 along the
- * run, then madd with the scale pair into T. */
+ * (first: from +0.0f). Per sub-block, k-slices in runs of KS (Q4_K 8, Q5_K
+ * 4, Q6_K 2: the int16 bound): ga_mul of the activations with the row's
+ * weight dword broadcast, summed in int16 along the run, then madd with the
+ * scale pair into T. */
 KQ_INLINE void ga_kernel(const ga_row_t *pw, const uint8_t *x, int64_t nb, float st[GA_R][GA_LANES], int first,
                          const int fmt) {
-    const int q6 = fmt == 2, ks = fmt == 0 ? 4 : 2, sub = q6 ? 4 : 8; /* k-slices per run / per sub-block */
+    /* k-slices per run / per sub-block */
+    const int q6 = fmt == 2, ks = fmt == 0 ? 8 : fmt == 1 ? 4 : 2, sub = q6 ? 4 : 8;
+    const int qo = q6 ? GA_ACT_QU : GA_ACT_QS;
     __m256 acc[GA_R];
 #pragma GCC unroll 8
     for (int r = 0; r < GA_R; r++) acc[r] = first ? _mm256_setzero_ps() : _mm256_load_ps(st[r]);
@@ -537,22 +604,27 @@ KQ_INLINE void ga_kernel(const ga_row_t *pw, const uint8_t *x, int64_t nb, float
         const ga_row_t *w = pw + b * GA_R;
         __m256i T[GA_R];
 #pragma GCC unroll 8
-        for (int r = 0; r < GA_R; r++) T[r] = _mm256_set1_epi32(w[r].negc);
-#pragma GCC unroll 16
+        for (int r = 0; r < GA_R; r++) T[r] = q6 ? _mm256_set1_epi32(w[r].negc) : _mm256_setzero_si256();
+#ifndef GA_UNROLL
+#define GA_UNROLL 16
+#endif
+        KQ_UNROLL(GA_UNROLL)
         for (int i0 = 0; i0 < 64; i0 += ks) {
             const int j = i0 / sub;
             __m256i s16[GA_R];
             {
-                const __m256i a = loadu256(x + GA_ACT_QS + 32 * i0);
+                const __m256i a = loadu256(x + qo + 32 * i0);
 #pragma GCC unroll 8
-                for (int r = 0; r < GA_R; r++) s16[r] = _mm256_maddubs_epi16(a, bcast32(w[r].w + 4 * i0));
+                for (int r = 0; r < GA_R; r++) s16[r] = ga_mul(a, bcast32(w[r].w + 4 * i0), q6);
             }
-#pragma GCC unroll 4
-            for (int i = i0 + 1; i < i0 + ks; i++) {
-                const __m256i a = loadu256(x + GA_ACT_QS + 32 * i);
 #pragma GCC unroll 8
-                for (int r = 0; r < GA_R; r++)
-                    s16[r] = _mm256_add_epi16(s16[r], _mm256_maddubs_epi16(a, bcast32(w[r].w + 4 * i)));
+            for (int i = i0 + 1; i < i0 + ks; i++) {
+                const __m256i a = loadu256(x + qo + 32 * i);
+#pragma GCC unroll 8
+                for (int r = 0; r < GA_R; r++) {
+                    s16[r] = _mm256_add_epi16(s16[r], ga_mul(a, bcast32(w[r].w + 4 * i), q6));
+                    if (!q6) KQ_OPAQUE(s16[r]);
+                }
             }
 #pragma GCC unroll 8
             for (int r = 0; r < GA_R; r++) T[r] = _mm256_add_epi32(T[r], _mm256_madd_epi16(s16[r], bcast32(&w[r].sc[j])));
