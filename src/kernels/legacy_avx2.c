@@ -74,18 +74,29 @@
  * GEMM (n >= KERN_GEMM_MIN_COLS), lanes = 8 columns:
  *  - prep lays out each group of 16 columns so that, per block, one vector
  *    holds the same 4-byte k-slice of 8 columns (an 8 x 8 dword transpose
- *    per octet and block), followed by the 16 columns' d and, for Q8_0
- *    acts, minus their block sums (the offset correction) or, for Q8_1,
- *    their s.
- *  - run decodes row blocks (GEMM_PANEL_BYTES, kept in L2) into unsigned
- *    quants in element order (Q8_0: |w| and w) and float scales, then per
- *    column group, k-chunk of GEMM_KC blocks (whose activations stay in
- *    L1; accumulators saved between chunks, exact), row and block: 8
- *    maddubs per column octet with the weights' dword broadcast, summed in
- *    int16 (Q4: all 8, 16 * 15 * 127 < 2^15; Q5: 4 at a time; Q8_0: the
- *    sign trick and one madd each), madd to int32, plus the offset
- *    correction = I for 8 columns; then acc[o][j] = fma(float(I), d_w *
- *    d_a, acc[o][j]) (and the min FMA): the same float steps as above.
+ *    per octet and block), followed by the 16 columns' d and: Q4_0 / Q5_0,
+ *    the offset correction already in maddubs' int16 lanes (-8 / -16 times
+ *    the sums of the activations each lane meets); Q8_1 acts, their s.
+ *    Q8_0 weights get the acts sign-extended to int16, one vector per
+ *    element pair and octet (no sign trick, no maddubs saturation limit).
+ *  - run decodes row blocks of about GEMM_PANEL_BYTES (small enough to stay
+ *    in L1 with an act chunk; the next block's raw rows are prefetched into
+ *    L2 meanwhile) into quants in element order (Q4 / Q5: unsigned bytes;
+ *    Q8_0: int16) and float scales, then per column group, k-chunk (whose
+ *    activations stay in L1; accumulators saved between chunks, exact) and
+ *    tile of 4 rows (Q5_1: 2) x 2 column octets, block by block: per
+ *    k-slice one maddubs per (row, octet) with the weights' dword
+ *    broadcast, summed in int16 (vpaddw wraps, so only each lane's final
+ *    value must fit: Q4_0 / Q5_0 start from the correction and end at
+ *    |sum (q - off) a| <= 16 * 16 * 127 < 2^15; Q4_1: 16 * 15 * 127;
+ *    Q5_1: two sums of 8 products), one madd with ones = I for 8 columns
+ *    (Q8_0: one madd per element pair and octet, summed in int32); then
+ *    acc[o][j] = fma(float(I), d_w * d_a, acc[o][j]) (and the min FMA):
+ *    the same float steps as above. Per block, row and 16 columns that is
+ *    40 vector ALU uops for the Q4 / Q5 formats (16 maddubs, 14-16 adds,
+ *    2 madds, 2 converts, 2 multiplies, 2-4 FMAs) and 68 for Q8_0 (32
+ *    madds, 30 adds, 6 float): on a core with three vector ALU ports that
+ *    count, not the loads, is the bound (measured).
  *
  * Exactness relies on |a| <= 127 for the activation quants (the act fns
  * clamp to +-127), as maddubs must never saturate. The weight streams of
@@ -396,28 +407,61 @@ BLK_KERNELS(q8_0, FMT_Q8_0)
 
 /* ---- GEMM ------------------------------------------------------------------ */
 
-/* prep's layout of one group of 16 columns, per block b (GA_BYTES each):
+/* GCC's temporary-expression replacement (TER) expands each single-use
+ * chain of int16 adds below at its last use, after every maddubs of the
+ * block: 16-32 live vectors, spilled. Without it the adds stay next to their
+ * maddubs (measured: with TER these GEMMs ran 10-30% slower). Clang does
+ * not need this. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-tree-ter")
+#endif
+
+/* prep's layout of one group of 16 columns, per block b:
+ * Q4 / Q5 weights (GA_BYTES):
  *   int8  q[2][8][32]  octet o (columns 8o..8o+7), k-slice t (elements
- *                      4t..4t+3 of the block; t < 4 from lo, else hi):
- *                      dword c = column 8o+c's four quants
+ *                      4t..4t+3 of the block): dword c = column 8o+c's
+ *                      four quants
  *   float d[16]        column c's d of block b
- *   x[16]              Q8_0 act: int32, minus the sum of column c's 32
- *                      quants of block b; Q8_1: float s
+ *   x[16]              Q4_0 / Q5_0 (shift sh = 3 / 4): the offset
+ *                      correction in maddubs' int16 lanes: column c's
+ *                      dword holds -2^sh times the sum of bytes 0..1 (low
+ *                      int16) / 2..3 (high) of its eight k-slice dwords;
+ *                      Q4_1 / Q5_1: float s (Q8_1 acts)
+ * Q8_0 weights (GA8_BYTES):
+ *   int16 a[2][16][16] octet o, element pair p (elements 2p, 2p+1): dword c
+ *                      = column 8o+c's two quants, sign-extended
+ *   float d[16]
  * Columns past the last are zeros (computed on, never stored). */
-enum { GA_OFF_D = 512, GA_OFF_X = 576, GA_BYTES = 640 };
-/* Blocks per k-chunk: a chunk of one column group's activations (20 KB)
- * stays in L1 while the rows of a row block pass over it (the accumulators
- * are saved between chunks: exact). */
-#define GEMM_KC 32
-/* Bytes of decoded weight rows per row block (kept in L2 while every
- * column group passes over them). */
-#define GEMM_PANEL_BYTES (96 * 1024)
-/* Saved accumulators of one row: 2 octets x 4 chains. */
+enum { GA_OFF_D = 512, GA_OFF_X = 576, GA_BYTES = 640, GA8_OFF_D = 1024, GA8_BYTES = 1088 };
+ALWAYS_INLINE size_t f_ga(int f) {
+    return f == FMT_Q8_0 ? GA8_BYTES : GA_BYTES;
+}
+/* Blocks per k-chunk: a chunk of one column group's activations (20 KB,
+ * Q8_0: 17 KB) stays in L1 while the rows of a row block pass over it (the
+ * accumulators are saved between chunks: exact). */
+ALWAYS_INLINE int64_t f_kc(int f) {
+    return f == FMT_Q8_0 ? 16 : 32;
+}
+/* Bytes of decoded weight rows per row block (at least 4 rows): small
+ * enough that the block and an act chunk share L1 while every column
+ * group passes over them; a 96 KB block spent twice the decode time on
+ * write-backs to L2 (measured: 6 against 3 cycles per Q4_0 block-row). */
+#define GEMM_PANEL_BYTES (20 * 1024)
+/* Accumulators of one row: 2 octets x 4 chains (acc[o][j] at 8 * (4o + j)). */
 #define GEMM_STATE 256
+/* Rows per register tile (at most): 4 rows x 2 octets, 8 int16 sums in
+ * flight, each activation vector loaded once for 4 rows. */
+#define GEMM_NT 4
+/* Q5_1 takes 2: its int16 sums plus int32 partials would want 16 registers
+ * at 4 rows (measured: 2 rows 1-2% faster). */
+ALWAYS_INLINE int64_t f_nt(int f) {
+    return f == FMT_Q5_1 ? 2 : GEMM_NT;
+}
 
 /* A decoded row (run's scratch): per block f_dq bytes of quants in element
- * order (Q4 / Q5: q; Q8_0: |w| then w), then float d[nb] and (min
- * formats) float m[nb]; rows 64-aligned. */
+ * order (Q4 / Q5: q; Q8_0: w as int16), then float d[nb] and (min formats)
+ * float m[nb]; rows 64-aligned. */
 ALWAYS_INLINE size_t f_dq(int f) {
     return f == FMT_Q8_0 ? 64 : 32;
 }
@@ -436,20 +480,29 @@ ALWAYS_INLINE size_t gemm_scratch(int64_t k, int f) {
 ALWAYS_INLINE void gemm_dec_row(const uint8_t *w, int64_t nb, char *dst, int f) {
     const size_t bs = f_bsz(f), dq = f_dq(f);
     float *d = (float *)(dst + (size_t)nb * dq), *m = d + nb;
+    if (f == FMT_Q8_0) {
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *p = w + (size_t)b * bs;
+            char *q = dst + (size_t)b * dq;
+            _mm256_storeu_si256((__m256i *)q, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2))));
+            _mm256_storeu_si256((__m256i *)(q + 32), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 18))));
+            uint16_t h;
+            memcpy(&h, p, 2);
+            d[b] = *LUT(h);
+        }
+        return;
+    }
     for (int64_t b = 0; b < nb; b += 2) {
         const uint8_t *p = w + (size_t)b * bs;
         const wpair_t x = wdec(p, f, b + 1 < nb ? 2 : 1); /* a lone last block: the pair's other half zero */
         char *q = dst + (size_t)b * dq;
         _mm256_storeu_si256((__m256i *)q, _mm256_permute2x128_si256(x.lo, x.hi, 0x20));
-        if (f == FMT_Q8_0) _mm256_storeu_si256((__m256i *)(q + 32), _mm256_permute2x128_si256(x.slo, x.shi, 0x20));
         uint16_t h;
         memcpy(&h, p, 2);
         d[b] = *LUT(h);
         if (f_min(f)) memcpy(&h, p + 2, 2), m[b] = *LUT(h);
         if (b + 1 < nb) {
             _mm256_storeu_si256((__m256i *)(q + dq), _mm256_permute2x128_si256(x.lo, x.hi, 0x31));
-            if (f == FMT_Q8_0)
-                _mm256_storeu_si256((__m256i *)(q + dq + 32), _mm256_permute2x128_si256(x.slo, x.shi, 0x31));
             memcpy(&h, p + bs, 2);
             d[b + 1] = *LUT(h);
             if (f_min(f)) memcpy(&h, p + bs + 2, 2), m[b + 1] = *LUT(h);
@@ -463,71 +516,130 @@ ALWAYS_INLINE __m256i bcast32(const char *p) {
     return _mm256_set1_epi32(v);
 }
 
-/* Block b of a decoded row (q: its quants, dw / mw: its scales) against
- * the 16 columns' block at xb, into acc[o] (octet o's chain b mod 4):
- * I = the exact int32 block dot of each column (8 maddubs with the
- * weights' dword broadcast, one k-slice of 8 columns each), then the
- * header's float steps. Q4: q <= 15, eight maddubs outputs summed in int16
- * (16 * 15 * 127 < 2^15); Q5: q <= 31, four at a time; Q8_0: one at a
- * time (sign trick as in pair_int). */
-ALWAYS_INLINE void gemm_blk(const char *q, float dw, float mw, const char *xb, int f, __m256 *acc0, __m256 *acc1) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i i[2];
+/* I of nt (1..GEMM_NT) decoded rows q[r] (block b's quants) against the 16
+ * columns' block at xb: i[r][o] = octet o's 8 exact int32 block dots.
+ * Q4 / Q5: per k-slice t, one maddubs per (row, octet) with the weights'
+ * dword broadcast, summed in int16; vpaddw wraps, so only each lane's final
+ * value must fit: Q4_0 / Q5_0 start from prep's correction and end at
+ * sum (q - off) * a over the lane's 16 products, |.| <= 16 * 16 * 127 <
+ * 2^15; Q4_1: sum q * a <= 16 * 15 * 127; Q5_1 (q <= 31): two sums of 8
+ * products (k-slices 0..3, 4..7), each widened. Then one madd with ones.
+ * Q8_0: per element pair, one madd of the int16 weight pair's broadcast
+ * against the int16 acts, summed in int32. */
+ALWAYS_INLINE void gemm_int(const char *const *q, int nt, const char *xb, int f, __m256i i[GEMM_NT][2]) {
     if (f == FMT_Q8_0) {
-        __m256i s[2][2] = {{_mm256_setzero_si256(), _mm256_setzero_si256()},
-                           {_mm256_setzero_si256(), _mm256_setzero_si256()}};
-        _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) {
-            const __m256i aw = bcast32(q + 4 * t), sw = bcast32(q + 32 + 4 * t);
-            _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
-                const __m256i a = _mm256_loadu_si256((const __m256i *)(xb + 256 * o + 32 * t));
-                s[o][t & 1] = _mm256_add_epi32(
-                    s[o][t & 1], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(a, sw)), ones));
+        _Pragma("GCC unroll 16") for (int p = 0; p < 16; p++) {
+            const __m256i a0 = _mm256_loadu_si256((const __m256i *)(xb + 32 * p));
+            const __m256i a1 = _mm256_loadu_si256((const __m256i *)(xb + 512 + 32 * p));
+            _Pragma("GCC unroll 4") for (int r = 0; r < nt; r++) {
+                const __m256i w = bcast32(q[r] + 4 * p);
+                const __m256i m0 = _mm256_madd_epi16(w, a0), m1 = _mm256_madd_epi16(w, a1);
+                i[r][0] = p ? _mm256_add_epi32(i[r][0], m0) : m0;
+                i[r][1] = p ? _mm256_add_epi32(i[r][1], m1) : m1;
             }
         }
-        i[0] = _mm256_add_epi32(s[0][0], s[0][1]);
-        i[1] = _mm256_add_epi32(s[1][0], s[1][1]);
-    } else {
-        const int per = f_q5(f) ? 4 : 8; /* maddubs outputs per int16 sum */
-        __m256i s16[2][2], s32[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-        _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) {
-            const __m256i w = bcast32(q + 4 * t);
-            _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
-                const __m256i m =
-                    _mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)(xb + 256 * o + 32 * t)));
-                /* two int16 chains per octet (even / odd slices) */
-                const int c = t & 1;
-                s16[o][c] = (t % per) < 2 ? m : _mm256_add_epi16(s16[o][c], m);
-                if (t % per == per - 1) {
-                    s32[o] = _mm256_add_epi32(s32[o], _mm256_madd_epi16(_mm256_add_epi16(s16[o][0], s16[o][1]), ones));
+        return;
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int per = f == FMT_Q5_1 ? 4 : 8; /* k-slices per int16 sum */
+    __m256i s[GEMM_NT][2];
+    _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) {
+        const __m256i a0 = _mm256_loadu_si256((const __m256i *)(xb + 32 * t));
+        const __m256i a1 = _mm256_loadu_si256((const __m256i *)(xb + 256 + 32 * t));
+        _Pragma("GCC unroll 4") for (int r = 0; r < nt; r++) {
+            const __m256i w = bcast32(q[r] + 4 * t);
+            const __m256i m0 = _mm256_maddubs_epi16(w, a0), m1 = _mm256_maddubs_epi16(w, a1);
+            if (t % per == 0) {
+                if (f_sh(f)) {
+                    s[r][0] = _mm256_add_epi16(_mm256_loadu_si256((const __m256i *)(xb + GA_OFF_X)), m0);
+                    s[r][1] = _mm256_add_epi16(_mm256_loadu_si256((const __m256i *)(xb + GA_OFF_X + 32)), m1);
+                } else {
+                    s[r][0] = m0;
+                    s[r][1] = m1;
                 }
+            } else {
+                s[r][0] = _mm256_add_epi16(s[r][0], m0);
+                s[r][1] = _mm256_add_epi16(s[r][1], m1);
             }
-        }
-        i[0] = s32[0];
-        i[1] = s32[1];
-        if (f_sh(f)) {
-            i[0] = _mm256_add_epi32(i[0], _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(xb + GA_OFF_X)), f_sh(f)));
-            i[1] = _mm256_add_epi32(i[1],
-                                    _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(xb + GA_OFF_X + 32)), f_sh(f)));
+            if (t % per == per - 1) {
+                const __m256i p0 = _mm256_madd_epi16(s[r][0], ones), p1 = _mm256_madd_epi16(s[r][1], ones);
+                i[r][0] = t < per ? p0 : _mm256_add_epi32(i[r][0], p0);
+                i[r][1] = t < per ? p1 : _mm256_add_epi32(i[r][1], p1);
+            }
         }
     }
-    const __m256 dwv = _mm256_set1_ps(dw);
-    *acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[0]), _mm256_mul_ps(dwv, _mm256_loadu_ps((const float *)(xb + GA_OFF_D))),
-                            *acc0);
-    *acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[1]),
-                            _mm256_mul_ps(dwv, _mm256_loadu_ps((const float *)(xb + GA_OFF_D + 32))), *acc1);
-    if (f_min(f)) {
-        const __m256 mwv = _mm256_set1_ps(mw);
-        *acc0 = _mm256_fmadd_ps(mwv, _mm256_loadu_ps((const float *)(xb + GA_OFF_X)), *acc0);
-        *acc1 = _mm256_fmadd_ps(mwv, _mm256_loadu_ps((const float *)(xb + GA_OFF_X + 32)), *acc1);
+}
+
+/* Block b of rows row[0..nt-1] (decoded rows, nb blocks each) against the
+ * column group's block at xb, into acc[r][o] (row r, octet o: the
+ * accumulator acc_j of the block's chain j = b mod 4). Per (row, octet):
+ * acc = fma(float(I), d_w * d_a, acc) (and the min FMA): the header's
+ * float steps. */
+ALWAYS_INLINE void gemm_blk(const char *const *row, int nt, int64_t nb, int64_t b, const char *xb, int f,
+                            __m256 acc[GEMM_NT][2]) {
+    const size_t dq = f_dq(f), od = f == FMT_Q8_0 ? GA8_OFF_D : GA_OFF_D;
+    const char *q[GEMM_NT];
+    _Pragma("GCC unroll 4") for (int r = 0; r < nt; r++) q[r] = row[r] + (size_t)b * dq;
+    __m256i i[GEMM_NT][2];
+    gemm_int(q, nt, xb, f, i);
+    _Pragma("GCC unroll 4") for (int r = 0; r < nt; r++) {
+        const float *d = (const float *)(row[r] + (size_t)nb * dq);
+        const __m256 dw = _mm256_broadcast_ss(d + b);
+        _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
+            acc[r][o] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[r][o]),
+                                        _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xb + od + 32 * o))), acc[r][o]);
+            if (f_min(f))
+                acc[r][o] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + nb + b),
+                                            _mm256_loadu_ps((const float *)(xb + GA_OFF_X + 32 * o)), acc[r][o]);
+        }
+    }
+}
+
+/* Blocks b0..b1-1 (b0 a multiple of 4) of a row tile; st: the tile's saved
+ * accumulators (row r's acc[o][j] at st + 64r + 8(4o + j)). A one-row
+ * tile keeps its 8 accumulators in registers over the chunk; larger ones
+ * load and store them per block (in L1). */
+ALWAYS_INLINE void gemm_tile(const char *const *row, int nt, int64_t nb, int64_t b0, int64_t b1, const char *xg, int f,
+                             float *st) {
+    const size_t ga = f_ga(f);
+    if (nt == 1) {
+        __m256 acc[4][GEMM_NT][2];
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++)
+            acc[j][0][o] = _mm256_loadu_ps(st + 8 * (4 * o + j));
+        int64_t b = b0;
+        for (; b + 4 <= b1; b += 4) {
+            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) gemm_blk(row, 1, nb, b + j,
+                                                                         xg + (size_t)(b + j) * ga, f, acc[j]);
+        }
+        _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++) if (b + j < b1) gemm_blk(
+            row, 1, nb, b + j, xg + (size_t)(b + j) * ga, f, acc[j]);
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++)
+            _mm256_storeu_ps(st + 8 * (4 * o + j), acc[j][0][o]);
+        return;
+    }
+    for (int64_t b = b0; b < b1; b++) {
+        const int j = (int)(b & 3);
+        __m256 acc[GEMM_NT][2];
+        _Pragma("GCC unroll 4") for (int r = 0; r < nt; r++) _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++)
+            acc[r][o] = _mm256_loadu_ps(st + 64 * r + 8 * (4 * o + j));
+        gemm_blk(row, nt, nb, b, xg + (size_t)b * ga, f, acc);
+        _Pragma("GCC unroll 4") for (int r = 0; r < nt; r++) _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++)
+            _mm256_storeu_ps(st + 64 * r + 8 * (4 * o + j), acc[r][o]);
     }
 }
 
 /* Bytes of one prep group; 0 for a bad k or on overflow. */
-static size_t gemm_group_size(int64_t k) {
+ALWAYS_INLINE size_t gemm_group_bytes(int64_t k, size_t ga) {
     if (k <= 0 || k % QK) return 0;
     const uint64_t nb = (uint64_t)(k / QK);
-    if (nb > SIZE_MAX / (16 * (size_t)GA_BYTES)) return 0;
-    return (size_t)nb * GA_BYTES;
+    if (nb > SIZE_MAX / (16 * ga)) return 0;
+    return (size_t)nb * ga;
+}
+static size_t gemm_group_size(int64_t k) {
+    return gemm_group_bytes(k, GA_BYTES);
+}
+static size_t gemm_group_size8(int64_t k) {
+    return gemm_group_bytes(k, GA8_BYTES);
 }
 
 /* In-place transpose of an 8 x 8 matrix of dwords (r[i] = row i). */
@@ -549,14 +661,18 @@ ALWAYS_INLINE void transpose8(__m256 r[8]) {
     }
 }
 
-/* ncols (1..16) act rows into prep's layout, block by block: per octet the
- * eight columns' [lo dwords | hi dwords] of the block, transposed. */
-ALWAYS_INLINE void gemm_prep(int64_t k, const void *xa, size_t st, int ncols, void *xg, bool q81) {
+/* ncols (1..16) act rows into prep's layout of format f, block by block:
+ * per octet the eight columns' [lo dwords | hi dwords] of the block,
+ * transposed (k-slice t = elements 4t..4t+3 in dword c); Q8_0 weights: each
+ * slice's byte pairs sign-extended (pairs 2t, 2t+1); then d and x. */
+ALWAYS_INLINE void gemm_prep(int64_t k, const void *xa, size_t st, int ncols, void *xg, int f) {
     const int64_t nb = k / QK;
+    const int sh = f_sh(f);
+    const size_t ga = f_ga(f);
     for (int64_t b = 0; b < nb; b++) {
         const size_t j = (size_t)(b % LEGACY_GROUP);
         const char *src = (const char *)xa + (size_t)(b / LEGACY_GROUP) * LEGACY_GROUP_BYTES;
-        char *dst = (char *)xg + (size_t)b * GA_BYTES;
+        char *dst = (char *)xg + (size_t)b * ga;
         _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
             __m256 r[8];
             _Pragma("GCC unroll 8") for (int c = 0; c < 8; c++) {
@@ -567,108 +683,121 @@ ALWAYS_INLINE void gemm_prep(int64_t k, const void *xa, size_t st, int ncols, vo
                                          : _mm256_setzero_ps();
             }
             transpose8(r);
-            _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) _mm256_storeu_ps((float *)(dst + 256 * o + 32 * t), r[t]);
+            if (f == FMT_Q8_0) {
+                /* per lane: [bytes 0..1 of its 4 dwords | bytes 2..3], then
+                 * the qwords regrouped: low half = pair 2t of columns 0..7 */
+                const __m256i sel = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4,
+                                                     5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+                _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) {
+                    const __m256i v = _mm256_permute4x64_epi64(
+                        _mm256_shuffle_epi8(_mm256_castps_si256(r[t]), sel), 0xD8);
+                    _mm256_storeu_si256((__m256i *)(dst + 512 * o + 64 * t),
+                                        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)));
+                    _mm256_storeu_si256((__m256i *)(dst + 512 * o + 64 * t + 32),
+                                        _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1)));
+                }
+                continue;
+            }
+            _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) _mm256_storeu_ps(
+                (float *)(dst + 256 * o + 32 * t), r[t]);
+            if (sh) {
+                /* int16 pair sums of each dword over the 8 k-slices (|.| <= 16 * 127) */
+                __m256i s = _mm256_setzero_si256();
+                const __m256i one8 = _mm256_set1_epi8(1);
+                _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) s =
+                    _mm256_add_epi16(s, _mm256_maddubs_epi16(one8, _mm256_castps_si256(r[t])));
+                _mm256_storeu_si256((__m256i *)(dst + GA_OFF_X + 32 * o),
+                                    _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(s, sh)));
+            }
         }
-        float d[16];
-        int32_t x[16];
+        float d[16], x[16];
         for (int c = 0; c < KERN_GEMM_GROUP; c++) {
-            d[c] = 0.0f;
-            x[c] = 0;
+            d[c] = x[c] = 0.0f;
             if (c >= ncols) continue;
             const char *a = src + (size_t)c * st;
             memcpy(&d[c], a + LEGACY_OFF_DEXP + 16 * j, sizeof(float));
-            if (q81) {
-                memcpy(&x[c], a + LEGACY_OFF_NSUM + 16 * j, sizeof(int32_t)); /* sexp: the float's bytes */
-            } else {
-                int32_t n[4];
-                memcpy(n, a + LEGACY_OFF_NSUM + 16 * j, sizeof(n));
-                x[c] = n[0] + n[1] + n[2] + n[3];
-            }
+            if (f_min(f)) memcpy(&x[c], a + LEGACY_OFF_NSUM + 16 * j, sizeof(float)); /* sexp */
         }
-        memcpy(dst + GA_OFF_D, d, sizeof(d));
-        memcpy(dst + GA_OFF_X, x, sizeof(x));
+        memcpy(dst + (f == FMT_Q8_0 ? GA8_OFF_D : GA_OFF_D), d, sizeof(d));
+        if (f_min(f)) memcpy(dst + GA_OFF_X, x, sizeof(x));
     }
 }
 
-static void prep_q8_0(int64_t k, const void *xa, size_t st, int ncols, void *xg) {
-    gemm_prep(k, xa, st, ncols, xg, false);
-}
-
-static void prep_q8_1(int64_t k, const void *xa, size_t st, int ncols, void *xg) {
-    gemm_prep(k, xa, st, ncols, xg, true);
-}
-
-/* Blocks b0..b1-1 (b0 a multiple of 4) of a decoded row against a column
- * group: acc[o][j] = octet o's chain j. */
-ALWAYS_INLINE void gemm_chunk(const char *row, int64_t nb, int64_t b0, int64_t b1, const char *xg, int f,
-                              __m256 acc[2][4]) {
-    const size_t dq = f_dq(f);
-    const float *d = (const float *)(row + (size_t)nb * dq), *m = d + nb;
-    int64_t b = b0;
-    for (; b + 4 <= b1; b += 4) {
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) gemm_blk(row + (size_t)(b + j) * dq, d[b + j],
-                                                                     f_min(f) ? m[b + j] : 0.0f,
-                                                                     xg + (size_t)(b + j) * GA_BYTES, f,
-                                                                     &acc[0][j], &acc[1][j]);
-    }
-    _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++) if (b + j < b1) gemm_blk(
-        row + (size_t)(b + j) * dq, d[b + j], f_min(f) ? m[b + j] : 0.0f, xg + (size_t)(b + j) * GA_BYTES, f,
-        &acc[0][j], &acc[1][j]);
-}
-
-/* Loop order: row blocks (decoded once) > column groups > k-chunks > rows
- * > blocks. */
+/* Loop order: row blocks (decoded once) > column groups > k-chunks > row
+ * tiles > blocks. */
 ALWAYS_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y,
                             int64_t ldy, void *scratch, int f) {
     TERN_CHECK(legacy_fp16_lut[0x3c00] == 1.0f);
-    const int64_t k = a->k, nb = k / QK, rb = gemm_rows(k, f);
+    const int64_t k = a->k, nb = k / QK, rb = gemm_rows(k, f), kc = f_kc(f), nt = f_nt(f);
     const size_t rs = gemm_row_bytes(nb, f);
     char *dec = scratch;
     float *state = (float *)(dec + (size_t)rb * rs);
+    const int64_t sf = GEMM_STATE / sizeof(float);
+    /* Row tiles per row block: the next block's raw rows are prefetched
+     * (into L2) a share per tile, so that its decode does not wait on
+     * memory. */
+    const int64_t calls = ((a->n + KERN_GEMM_GROUP - 1) / KERN_GEMM_GROUP) * ((nb + kc - 1) / kc) * ((rb + nt - 1) / nt);
+    const size_t pf_step = ((size_t)rb * row_bytes / (size_t)calls + 63) & ~(size_t)63;
     for (int64_t r0 = 0; r0 < nrows; r0 += rb) {
         const int64_t nr = nrows - r0 < rb ? nrows - r0 : rb;
         for (int64_t r = 0; r < nr; r++)
             gemm_dec_row((const uint8_t *)w + (size_t)(r0 + r) * row_bytes, nb, dec + (size_t)r * rs, f);
+        const int64_t rn = nrows - (r0 + nr) < rb ? nrows - (r0 + nr) : rb;
+        const char *pf = (const char *)w + (size_t)(r0 + nr) * row_bytes, *pf_end = pf + (size_t)rn * row_bytes;
         for (int64_t c0 = 0; c0 < a->n; c0 += KERN_GEMM_GROUP) {
             const char *xg = (const char *)a->xg + (size_t)(c0 / KERN_GEMM_GROUP) * a->xg_group;
             const int ncols = a->n - c0 < KERN_GEMM_GROUP ? (int)(a->n - c0) : KERN_GEMM_GROUP;
-            for (int64_t b0 = 0; b0 < nb; b0 += GEMM_KC) {
-                const int64_t b1 = nb - b0 < GEMM_KC ? nb : b0 + GEMM_KC;
+            memset(state, 0, (size_t)nr * GEMM_STATE); /* every acc_j starts at +0 */
+            for (int64_t b0 = 0; b0 < nb; b0 += kc) {
+                const int64_t b1 = nb - b0 < kc ? nb : b0 + kc;
+                for (int64_t r = 0; r < nr;) {
+                    for (size_t o = 0; o < pf_step && pf < pf_end; o += 64, pf += 64) _mm_prefetch(pf, _MM_HINT_T1);
+                    const int64_t n = nr - r >= nt ? nt : nr - r >= 2 ? 2 : 1; /* tiles of nt, 2 or 1 rows */
+                    const char *rows[GEMM_NT];
+                    _Pragma("GCC unroll 4") for (int i = 0; i < GEMM_NT; i++) rows[i] = dec + (size_t)(r + (i < n ? i : 0)) * rs;
+                    if (n == nt)
+                        gemm_tile(rows, (int)nt, nb, b0, b1, xg, f, state + r * sf);
+                    else if (n == 2)
+                        gemm_tile(rows, 2, nb, b0, b1, xg, f, state + r * sf);
+                    else
+                        gemm_tile(rows, 1, nb, b0, b1, xg, f, state + r * sf);
+                    r += n;
+                }
+            }
+            /* the row block's sums, column by column (contiguous in y) */
+            for (int c = 0; c < ncols; c++) {
+                const int o = c / 8, l = c % 8;
                 for (int64_t r = 0; r < nr; r++) {
-                    float *st = state + r * (GEMM_STATE / sizeof(float));
-                    __m256 acc[2][4];
-                    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) acc[i / 4][i % 4] =
-                        b0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(st + 8 * i);
-                    gemm_chunk(dec + (size_t)r * rs, nb, b0, b1, xg, f, acc);
-                    if (b1 < nb) {
-                        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) _mm256_storeu_ps(st + 8 * i, acc[i / 4][i % 4]);
-                    } else {
-                        float t[16];
-                        _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) _mm256_storeu_ps(
-                            t + 8 * o, _mm256_add_ps(_mm256_add_ps(acc[o][0], acc[o][2]), _mm256_add_ps(acc[o][1], acc[o][3])));
-                        for (int c = 0; c < ncols; c++) y[(c0 + c) * ldy + r0 + r] = t[c];
-                    }
+                    const float *s = state + r * sf + 32 * o + l;
+                    y[(c0 + c) * ldy + r0 + r] = (s[0] + s[16]) + (s[8] + s[24]);
                 }
             }
         }
     }
 }
 
-#define GEMM_FMT(name, F, prep)                                                                              \
+#define GEMM_FMT(name, F, gsize)                                                                             \
     static size_t scratch_##name(int64_t k) {                                                                \
         return gemm_scratch(k, F);                                                                           \
+    }                                                                                                        \
+    static void prep_##name(int64_t k, const void *xa, size_t st, int ncols, void *xg) {                    \
+        gemm_prep(k, xa, st, ncols, xg, F);                                                                  \
     }                                                                                                        \
     static void run_##name(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y, \
                            int64_t ldy, void *scratch) {                                                     \
         gemm_run(a, w, row_bytes, nrows, y, ldy, scratch, F);                                                \
     }                                                                                                        \
-    static const kern_gemm_t gemm_##name = {gemm_group_size, prep, scratch_##name, run_##name};
+    static const kern_gemm_t gemm_##name = {gsize, prep_##name, scratch_##name, run_##name};
 
-GEMM_FMT(q4_0, FMT_Q4_0, prep_q8_0)
-GEMM_FMT(q4_1, FMT_Q4_1, prep_q8_1)
-GEMM_FMT(q5_0, FMT_Q5_0, prep_q8_0)
-GEMM_FMT(q5_1, FMT_Q5_1, prep_q8_1)
-GEMM_FMT(q8_0, FMT_Q8_0, prep_q8_0)
+GEMM_FMT(q4_0, FMT_Q4_0, gemm_group_size)
+GEMM_FMT(q4_1, FMT_Q4_1, gemm_group_size)
+GEMM_FMT(q5_0, FMT_Q5_0, gemm_group_size)
+GEMM_FMT(q5_1, FMT_Q5_1, gemm_group_size)
+GEMM_FMT(q8_0, FMT_Q8_0, gemm_group_size8)
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
 
 /* ---- activation quantizers ------------------------------------------------ */
 
@@ -686,7 +815,7 @@ ALWAYS_INLINE __m256 round_away(__m256 p) {
 /* One block of 32 floats to 32 int8 quants, as the reference: d = amax/127,
  * q = roundf(x * (1/d)) clamped to +-127. Returns the float d; *sum gets the
  * sum of the quants. */
-ALWAYS_INLINE float q8_block(const float *x, int8_t *qs, fp16_t *dout, int *sum) {
+ALWAYS_INLINE float q8_block(const float *x, __m256i *qs, fp16_t *dout, int *sum) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 v[4], amax = _mm256_setzero_ps();
     for (int j = 0; j < 4; j++) {
@@ -714,14 +843,16 @@ ALWAYS_INLINE float q8_block(const float *x, int8_t *qs, fp16_t *dout, int *sum)
     *sum = _mm_cvtsi128_si32(s4);
     /* packs work per 128-bit lane: fix the dword order afterwards. */
     const __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
-    const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256((__m256i *)qs, p8);
+    *qs = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     return d;
 }
 
 /* Blocks as quant_quantize_row makes them, written straight into the act
  * layout of legacy.h (the bytes legacy_act_pack_group writes: dexp and
- * sexp through the exact fp16 table, nsum from the quants). */
+ * sexp through the exact fp16 table, nsum from the quants; a partial last
+ * group's missing blocks zero). Every field is written once, by vector
+ * stores into the row itself (a group built on the stack and copied out
+ * stalled on store forwarding). */
 ALWAYS_INLINE void act_row(const float *x, void *xa, int64_t k, bool q81) {
     TERN_CHECK(k % QK == 0);
     TERN_CHECK(legacy_fp16_lut[0x3c00] == 1.0f); /* legacy_lut_init ran */
@@ -729,29 +860,32 @@ ALWAYS_INLINE void act_row(const float *x, void *xa, int64_t k, bool q81) {
     char *out = xa;
     for (int64_t i = 0; i < nb; i += LEGACY_GROUP, out += LEGACY_GROUP_BYTES) {
         const int n = nb - i < LEGACY_GROUP ? (int)(nb - i) : LEGACY_GROUP;
-        legacy_act_group g;
-        memset(&g, 0, sizeof(g));
-        for (int j = 0; j < n; j++) {
-            int8_t qs[QK];
-            fp16_t dh;
-            int sum;
-            const float d = q8_block(x + (i + j) * QK, qs, &dh, &sum);
-            memcpy(g.lo[j], qs, 16);
-            memcpy(g.hi[j], qs + 16, 16);
-            const float dv = *LUT(dh);
-            for (int m = 0; m < 4; m++) g.dexp[4 * j + m] = dv;
-            if (q81) {
-                g.u.sexp[4 * j] = *LUT(f32_to_fp16((float)sum * d));
-            } else {
-                /* lane m: minus the sum of quants 4m..4m+3 and 16+4m..16+4m+3 */
-                const __m256i p = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)qs)),
-                    _mm256_set1_epi16(1));
-                const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-                _mm_storeu_si128((__m128i *)&g.u.nsum[4 * j], _mm_sub_epi32(_mm_setzero_si128(), s4));
+        for (int j = 0; j < LEGACY_GROUP; j++) {
+            __m128i lo = _mm_setzero_si128(), hi = lo, x4 = lo;
+            __m128 d4 = _mm_setzero_ps();
+            if (j < n) {
+                __m256i qs;
+                fp16_t dh;
+                int sum;
+                const float d = q8_block(x + (i + j) * QK, &qs, &dh, &sum);
+                lo = _mm256_castsi256_si128(qs);
+                hi = _mm256_extracti128_si256(qs, 1);
+                d4 = _mm_set1_ps(*LUT(dh));
+                if (q81) {
+                    x4 = _mm_castps_si128(_mm_set_ss(*LUT(f32_to_fp16((float)sum * d)))); /* s in lane 0 */
+                } else {
+                    /* lane m: minus the sum of quants 4m..4m+3 and 16+4m..16+4m+3 */
+                    const __m256i p =
+                        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), qs), _mm256_set1_epi16(1));
+                    x4 = _mm_sub_epi32(_mm_setzero_si128(),
+                                       _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1)));
+                }
             }
+            _mm_storeu_si128((__m128i *)(out + LEGACY_OFF_LO + 16 * j), lo);
+            _mm_storeu_si128((__m128i *)(out + LEGACY_OFF_HI + 16 * j), hi);
+            _mm_storeu_si128((__m128i *)(out + LEGACY_OFF_NSUM + 16 * j), x4);
+            _mm_storeu_ps((float *)(out + LEGACY_OFF_DEXP + 16 * j), d4);
         }
-        memcpy(out, &g, sizeof(g));
     }
 }
 
