@@ -59,37 +59,56 @@
  *
  * ---- GEMM (kern_gemm_t) ---------------------------------------------------
  *
- * prep (ga_prep, shared by the three formats) lays out a group of 16
- * columns as two halves of 8 (one ymm of int32 = 8 columns), per half and
- * super-block (GA_ACT_SB bytes): 64 vectors, vector i = k-slice 4i..4i+3 of
- * the 8 columns (dword c = column c), signed bytes as quantized (Q4_K,
- * Q5_K); 4 vectors of (S_2i, S_2i+1) int16 pairs, S_j = bsums[2j] +
- * bsums[2j+1]; the 8 da; the 64 vectors again with each byte + 128
- * (unsigned: Q6_K). Lanes of missing columns are zero; halves without
- * columns are skipped. run decodes blocks of rows into per-thread scratch
- * (ga_row_t: 256 weight bytes in natural order, Q4_K 0..15, Q5_K 0..31
- * (unsigned), Q6_K q - 32 (signed); scales as int16 pairs; mins pairs; d,
- * dmin; Q6_K's negc = -128 * sum_j sc_j * sum_{i in j} w_i, the correction
- * of the +128 offset), then loops column blocks (L2), row blocks (L2),
- * k-chunks of GA_KC super-blocks (a half-group's chunk in L1), groups,
- * halves, panels of GA_R rows: the micro-kernel, GA_R rows x 8 columns.
+ * prep lays out a group of 16 columns as two halves of 8 (one ymm of int32
+ * = 8 columns), per half and super-block (ga_act_sb bytes): 64 vectors,
+ * vector i = k-slice 4i..4i+3 of the 8 columns (dword c = column c), signed
+ * bytes as quantized (Q4_K, Q5_K: ga_prep_affine, shared by the two) or each
+ * byte + 128 (unsigned: Q6_K, ga_prep_q6); Q4_K / Q5_K: 4 vectors of
+ * (S_2i, S_2i+1) int16 pairs, S_j = bsums[2j] + bsums[2j+1]; the 8 da.
+ * (8 x 8 dword transposes. Lanes of missing columns are zero.) run decodes
+ * blocks of rows into per-thread scratch (ga_row_t: 256 weight bytes in
+ * natural order, Q4_K 0..15, Q5_K 0..31 (unsigned), Q6_K q - 32 (signed);
+ * scales as int16 pairs; mins pairs; d, dmin; Q6_K's negc = -128 * sum_j
+ * sc_j * sum_{i in j} w_i, the correction of the +128 offset, from maddubs
+ * of q + 32 with each byte's scale), then loops column blocks (L2), row
+ * blocks (L2), k-chunks of GA_KC super-blocks (a group's chunk in L1),
+ * groups, panels of GA_R rows: the micro-kernel, GA_R rows x 16 columns
+ * (both halves of the group; 8 where the group's second half is empty).
  * Per super-block and row, T starts at 0 (Q6_K: negc); per run of KS
  * k-slices of one sub-block (Q4_K 8 = the whole sub-block, Q5_K 4, Q6_K 2:
  * the int16 bound, 8 * 2 * 15 * 128, 4 * 2 * 31 * 128 and 2 * 2 * 32 * 255
- * < 2^15), each activation vector is loaded once and serves every row:
- * maddubs of the row's weight dword broadcast (unsigned) with the
- * activations (signed) for Q4_K / Q5_K, of the activations + 128 with the
- * weights (signed) for Q6_K, summed in int16 along the run (kept a chain by
- * an empty asm: GCC would reassociate it into trees that spill), then T +=
- * madd(that, the broadcast scale pair). M_b is four madds of the row's mins
- * pairs against the S vectors; then the chain above with 8 lanes = 8
- * columns (DA * broadcast d: the same float products). The chains wait in
- * scratch between k-chunks (a stored float reloads exactly).
- * Measured (cache-resident 256 x 4096, one thread, n = 64; /tmp harness):
- * ~1.6x the GFLOP/s of the former dot-tiled GEMM; panel height 2..6 rows
- * made no clear difference. Signed activations for Q4_K / Q5_K (longer
- * runs, no negc) and the chain asm: ~+5% Q4_K, ~+15% Q5_K at n = 64, more
- * at n = 16 (cheaper decode).
+ * < 2^15), each activation vector is loaded once and serves every row, and
+ * each weight dword broadcast serves both halves: maddubs of the row's
+ * weight dword broadcast (unsigned) with the activations (signed) for Q4_K /
+ * Q5_K, of the activations + 128 with the weights (signed) for Q6_K, summed
+ * in int16 along the run (kept a chain by an empty asm: GCC would
+ * reassociate it into trees that spill), then T += madd(that, the broadcast
+ * scale pair). M_b is four madds of the row's mins pairs against the S
+ * vectors; then the chain above with 8 lanes = 8 columns (DA * broadcast d:
+ * the same float products). The chains wait in scratch between k-chunks (a
+ * stored float reloads exactly), [group][half][row][8 columns], and go out
+ * to y by 8 x 8 float transposes.
+ * The Q4_K micro-kernel is bound by the three vector ALU ports: per row,
+ * 8 columns and super-block 64 maddubs + 56 int16 adds + 8 + 7 (T) + 4 + 3
+ * (M) + 6 float operations; in L1 it runs at ~1.27 maddubs per cycle, ~98%
+ * of 3 / 148 * 64 (measured, Sapphire Rapids class core). Fewer loads
+ * (the 16-column panel) or other panel heights cannot beat that bound;
+ * only fewer operations per product could.
+ * Measured (cache-resident 1024 x 4096, one thread, n = 64; /tmp harness
+ * timing act + prep + run, alternating with the previous version): the
+ * 3-row x 16-column panel +4% over 4 x 8; with the cheaper decode (Q6_K
+ * negc by maddubs; Q4_K / Q5_K rows of 320 bytes: decode is bound by its
+ * stores' traffic to L2, ~31 cycles a block there against ~14 into L1), the
+ * transposed output, the vectorized prep and act fn: Q4_K +5-7%, Q5_K
+ * +3-5%, Q6_K +11-13% (n = 16: +4-6%, +4-7%, +25%); `tern bench kernels`
+ * Q4_K gemm N=64 ~181 -> ~193 GFLOP/s. Earlier: ~1.6x the former
+ * dot-tiled GEMM; signed activations for Q4_K / Q5_K and the chain asm ~+5%
+ * Q4_K, ~+15% Q5_K. Tried without gain at n = 64: prefetching the next row
+ * block's weights (into L2 along the kernel calls, or ahead in decode);
+ * decoding one k-chunk at a time into an L1-sized buffer (+8% at n = 16 for
+ * Q4_K, but -4% for Q6_K, even at 64); decoding in dec's order; other
+ * GA_KC / row-block sizes; 2 x 16 panels (-15%: the compiler reloads the
+ * activations per row) and 4..6 x 16 (spills).
  */
 #include "common.h"
 #include "kquant.h"
@@ -383,48 +402,65 @@ KQ_INLINE void q6k_kernel(int64_t nb, const void *const *wr, const int nr, const
 #define GA_LANES 8  /* columns per vector */
 #define GA_HALVES (KERN_GEMM_GROUP / GA_LANES)
 #ifndef GA_R
-#define GA_R 4 /* rows per micro-kernel panel */
+#define GA_R 3 /* rows per micro-kernel panel */
 #endif
 #define GA_MC_MAX 64
 #define GA_MC_BYTES (256 * 1024)
-#define GA_KC 8     /* super-blocks per k-chunk: 8 x 2.2 KB of one layout of the activations (L1) */
+#ifndef GA_KC
+#define GA_KC 4 /* super-blocks per k-chunk: 4 x 2 halves x 2.2 KB of a group's activations (L1) */
+#endif
 #define GA_GMAX 32
 #define GA_GMAX_BYTES (768 * 1024)
-/* one half-group (8 columns) and super-block of prep's layout */
-#define GA_ACT_QS 0                   /* signed (Q4_K, Q5_K) */
-#define GA_ACT_P (GA_ACT_QS + 64 * 32)
-#define GA_ACT_D (GA_ACT_P + 4 * 32)
-#define GA_ACT_QU (GA_ACT_D + 32 + 32) /* + 128, unsigned (Q6_K); 64-aligned */
-#define GA_ACT_SB (GA_ACT_QU + 64 * 32)
+/* One half-group (8 columns) and super-block of a prep layout (q6: Q6_K's,
+ * else Q4_K / Q5_K's): the k-slices at 0, Q4_K / Q5_K's S pairs at GA_ACT_P,
+ * the da at ga_act_d, ga_act_sb(q6) bytes in all (64-byte multiples). */
+#define GA_ACT_P (64 * 32)
+#define GA_ACT_SB_MAX (64 * 32 + 4 * 32 + 64)
+KQ_INLINE size_t ga_act_d(const int q6) { return q6 ? 64 * 32 : 64 * 32 + 4 * 32; }
+KQ_INLINE size_t ga_act_sb(const int q6) { return ga_act_d(q6) + 64; }
 _Static_assert(GA_HALVES == 2, "two vectors of 8 columns per group");
 
 /* One row's super-block, decoded: w: the 256 weights in natural order
- * (Q4_K 0..15, Q5_K 0..31, unsigned; Q6_K q - 32, signed); sc: sub-block
- * scale j as an int16 pair (sc_j, sc_j); mn: mins pairs (m_2i, m_2i+1);
- * negc: Q6_K -128 * sum_j sc_j * sum_{i in j} w_i (the +128 offset of its
- * activations), 0 for Q4_K / Q5_K. */
+ * (Q4_K 0..15, Q5_K 0..31, unsigned; Q6_K q - 32, signed); sc, sc_hi: sub-
+ * block scale j (sc_hi: j - 8, Q6_K) as an int16 pair (sc_j, sc_j); mn:
+ * mins pairs (m_2i, m_2i+1); negc: Q6_K -128 * sum_j sc_j * sum_{i in j} w_i
+ * (the +128 offset of its activations), 0 for Q4_K / Q5_K. Rows lie
+ * ga_row_bytes apart: Q4_K / Q5_K rows end before sc_hi (less to write in
+ * decode, which is bound by its stores' traffic to L2). */
 typedef struct {
     int8_t w[QK_K];
-    uint32_t sc[16];
+    uint32_t sc[8];
     uint32_t mn[4];
     float d, dmin;
     int32_t negc, pad;
+    uint32_t sc_hi[8];
 } ga_row_t;
-_Static_assert(sizeof(ga_row_t) % 32 == 0, "ga_row_t: whole 32-byte units");
+_Static_assert(sizeof(ga_row_t) % 32 == 0 && offsetof(ga_row_t, sc_hi) % 32 == 0, "ga_row_t: whole 32-byte units");
+KQ_INLINE size_t ga_row_bytes(const int q6) { return q6 ? sizeof(ga_row_t) : offsetof(ga_row_t, sc_hi); }
+/* Decoded row i of a buffer of such rows. */
+KQ_INLINE ga_row_t *ga_row(ga_row_t *base, int64_t i, const int q6) {
+    return (ga_row_t *)((char *)base + (size_t)i * ga_row_bytes(q6));
+}
+KQ_INLINE const ga_row_t *ga_crow(const ga_row_t *base, int64_t i, const int q6) {
+    return (const ga_row_t *)((const char *)base + (size_t)i * ga_row_bytes(q6));
+}
+KQ_INLINE const uint32_t *ga_sc(const ga_row_t *o, int j) { return j < 8 ? &o->sc[j] : &o->sc_hi[j - 8]; }
 
-static size_t ga_group_size(int64_t k) {
+KQ_INLINE size_t ga_group_size(int64_t k, const int q6) {
     if (k <= 0 || k % QK_K) return 0;
     const uint64_t nb = (uint64_t)(k / QK_K);
-    if (nb > SIZE_MAX / (GA_HALVES * GA_ACT_SB)) return 0;
-    return (size_t)nb * GA_HALVES * GA_ACT_SB;
+    if (nb > SIZE_MAX / (GA_HALVES * GA_ACT_SB_MAX)) return 0;
+    return (size_t)nb * GA_HALVES * ga_act_sb(q6);
 }
+static size_t ga_group_size_affine(int64_t k) { return ga_group_size(k, 0); }
+static size_t ga_group_size_q6(int64_t k) { return ga_group_size(k, 1); }
 
 static int64_t ga_mc(int64_t nb) {
     const int64_t per_row = nb * (int64_t)sizeof(ga_row_t);
     int64_t mc = (int64_t)GA_MC_BYTES / (per_row > 0 ? per_row : 1) / GA_R * GA_R;
     if (mc < GA_R) mc = GA_R;
-    if (mc > GA_MC_MAX) mc = GA_MC_MAX;
-    return mc;
+    if (mc > GA_MC_MAX / GA_R * GA_R) mc = GA_MC_MAX / GA_R * GA_R;
+    return mc; /* a multiple of GA_R */
 }
 
 static size_t ga_dec_bytes(int64_t nb) {
@@ -432,70 +468,91 @@ static size_t ga_dec_bytes(int64_t nb) {
 }
 
 static int64_t ga_gmax(int64_t nb) {
-    const int64_t per_group = nb * (int64_t)(GA_HALVES * GA_ACT_SB);
+    const int64_t per_group = nb * (int64_t)(GA_HALVES * GA_ACT_SB_MAX);
     int64_t g = (int64_t)GA_GMAX_BYTES / (per_group > 0 ? per_group : 1);
     if (g < 1) g = 1;
     if (g > GA_GMAX) g = GA_GMAX;
     return g;
 }
 
-/* chains of one column block: [panel][group][half][GA_R][GA_LANES] floats */
+/* chains of one column block: [group][half][row][GA_LANES] floats, ga_mc rows */
 static size_t ga_scratch_size(int64_t k) {
     if (k <= 0 || k % QK_K) return 0;
     const uint64_t nb = (uint64_t)(k / QK_K);
     if (nb > SIZE_MAX / 2 / sizeof(ga_row_t) / GA_MC_MAX) return SIZE_MAX;
     return ga_dec_bytes((int64_t)nb) +
-           (size_t)(GA_MC_MAX / GA_R) * (size_t)ga_gmax((int64_t)nb) * GA_HALVES * GA_R * GA_LANES * sizeof(float);
+           (size_t)ga_mc((int64_t)nb) * (size_t)ga_gmax((int64_t)nb) * GA_HALVES * GA_LANES * sizeof(float);
 }
 
 /* One group of ncols (1..16) Q8_K columns: half h (columns 8h..8h+7) at
- * h * nb * GA_ACT_SB, super-block b of it at b * GA_ACT_SB:
- *   [GA_ACT_QS] 64 vectors: dword c of vector i = bytes 4i..4i+3 of column
- *               c (signed, as quantized; Q4_K / Q5_K);
- *   [GA_ACT_P]  4 vectors: dword c of vector i = (S_2i, S_2i+1) of column c
- *               as int16, S_j = bsums[2j] + bsums[2j+1];
- *   [GA_ACT_D]  the 8 columns' da (then 32 zero bytes);
- *   [GA_ACT_QU] the QS vectors with each byte XOR 0x80 (a + 128 as an
- *               unsigned byte; Q6_K).
+ * h * nb * ga_act_sb, super-block b of it at b * ga_act_sb:
+ *   [0]          64 vectors: dword c of vector i = bytes 4i..4i+3 of column
+ *                c: signed, as quantized (Q4_K / Q5_K), or each byte XOR
+ *                0x80 (a + 128 as an unsigned byte; Q6_K);
+ *   [GA_ACT_P]   (Q4_K / Q5_K) 4 vectors: dword c of vector i = (S_2i,
+ *                S_2i+1) of column c as int16, S_j = bsums[2j] + bsums[2j+1];
+ *   [ga_act_d]   the 8 columns' da (then 32 zero bytes).
  * Missing columns are zeros. */
-static void ga_prep(int64_t k, const void *xav, size_t st, int ncols, void *xgv) {
+KQ_INLINE void ga_prep(int64_t k, const void *xav, size_t st, int ncols, void *xgv, const int q6) {
     TERN_CHECK(k % QK_K == 0 && ncols >= 1 && ncols <= KERN_GEMM_GROUP);
     const char *xa = xav;
     const int64_t nb = k / QK_K;
+    const size_t sb = ga_act_sb(q6), od = ga_act_d(q6);
     for (int hf = 0; hf < GA_HALVES; hf++) {
+        const int nc = ncols - GA_LANES * hf < GA_LANES ? ncols - GA_LANES * hf : GA_LANES;
+        if (nc <= 0) { /* a half without columns: zeros */
+            memset((uint8_t *)xgv + (size_t)hf * (size_t)nb * sb, 0, (size_t)nb * sb);
+            continue;
+        }
+        uint32_t flip[GA_LANES];
+        for (int l = 0; l < GA_LANES; l++) flip[l] = q6 && l < nc ? 0x80808080u : 0;
+        const __m256i fl = loadu256(flip);
         for (int64_t b = 0; b < nb; b++) {
-            uint8_t *o = (uint8_t *)xgv + ((size_t)hf * (size_t)nb + (size_t)b) * GA_ACT_SB;
-            uint32_t Q[64][GA_LANES], U[64][GA_LANES], P[4][GA_LANES];
-            float D[GA_LANES];
-            for (int l = 0; l < GA_LANES; l++) {
-                const int c = GA_LANES * hf + l;
-                if (c >= ncols) {
-                    for (int i = 0; i < 64; i++) Q[i][l] = U[i][l] = 0;
-                    for (int i = 0; i < 4; i++) P[i][l] = 0;
-                    D[l] = 0.0f;
-                    continue;
+            uint8_t *o = (uint8_t *)xgv + ((size_t)hf * (size_t)nb + (size_t)b) * sb;
+            const block_q8_K *a[GA_LANES];
+            for (int l = 0; l < GA_LANES; l++) a[l] = l < nc ? act_at(xa, st, GA_LANES * hf + l, b) : NULL;
+            /* 8 x 8 dword transposes: vector m of column l (dwords 8m..8m+7) -> dword l of vectors 8m..8m+7 */
+            for (int m = 0; m < 8; m++) {
+                __m256i v[GA_LANES], t[GA_LANES];
+                for (int l = 0; l < GA_LANES; l++) v[l] = a[l] ? loadu256(a[l]->qs + 32 * m) : _mm256_setzero_si256();
+                for (int l = 0; l < GA_LANES; l += 2) {
+                    t[l] = _mm256_unpacklo_epi32(v[l], v[l + 1]);     /* dwords 0, 1 | 4, 5 of l, l+1 */
+                    t[l + 1] = _mm256_unpackhi_epi32(v[l], v[l + 1]); /* 2, 3 | 6, 7 */
                 }
-                const block_q8_K *a = act_at(xa, st, c, b);
-                for (int i = 0; i < 64; i++) {
-                    uint32_t v;
-                    memcpy(&v, a->qs + 4 * i, 4);
-                    Q[i][l] = v;
-                    U[i][l] = v ^ 0x80808080u;
+                for (int l = 0; l < GA_LANES; l += 4) {
+                    v[l] = _mm256_unpacklo_epi64(t[l], t[l + 2]);         /* dword 0 | 4 of columns l..l+3 */
+                    v[l + 1] = _mm256_unpackhi_epi64(t[l], t[l + 2]);     /* 1 | 5 */
+                    v[l + 2] = _mm256_unpacklo_epi64(t[l + 1], t[l + 3]); /* 2 | 6 */
+                    v[l + 3] = _mm256_unpackhi_epi64(t[l + 1], t[l + 3]); /* 3 | 7 */
                 }
                 for (int i = 0; i < 4; i++) {
-                    const int s0 = a->bsums[4 * i] + a->bsums[4 * i + 1], s1 = a->bsums[4 * i + 2] + a->bsums[4 * i + 3];
-                    P[i][l] = (uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16;
+                    const __m256i lo = _mm256_permute2x128_si256(v[i], v[4 + i], 0x20); /* dword i */
+                    const __m256i hi = _mm256_permute2x128_si256(v[i], v[4 + i], 0x31); /* dword 4 + i */
+                    _mm256_storeu_si256((__m256i *)(o + 32 * (8 * m + i)), _mm256_xor_si256(lo, fl));
+                    _mm256_storeu_si256((__m256i *)(o + 32 * (8 * m + 4 + i)), _mm256_xor_si256(hi, fl));
                 }
-                D[l] = a->d;
             }
-            memcpy(o + GA_ACT_QS, Q, sizeof Q);
-            memcpy(o + GA_ACT_P, P, sizeof P);
-            memcpy(o + GA_ACT_D, D, sizeof D);
-            memset(o + GA_ACT_D + sizeof D, 0, GA_ACT_QU - GA_ACT_D - sizeof D);
-            memcpy(o + GA_ACT_QU, U, sizeof U);
+            uint32_t P[4][GA_LANES];
+            float D[2 * GA_LANES];
+            for (int l = 0; l < GA_LANES; l++) {
+                uint32_t s4[4] = {0, 0, 0, 0};
+                D[l] = D[GA_LANES + l] = 0.0f;
+                if (a[l]) {
+                    /* (S_2i, S_2i+1) int16 pairs, S_j = bsums[2j] + bsums[2j+1] (wrapping, exact here) */
+                    const __m128i h = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)a[l]->bsums),
+                                                     _mm_loadu_si128((const __m128i *)(a[l]->bsums + 8)));
+                    _mm_storeu_si128((__m128i *)s4, h);
+                    D[l] = a[l]->d;
+                }
+                for (int i = 0; i < 4; i++) P[i][l] = s4[i];
+            }
+            if (!q6) memcpy(o + GA_ACT_P, P, sizeof P);
+            memcpy(o + od, D, sizeof D);
         }
     }
 }
+static void ga_prep_affine(int64_t k, const void *xa, size_t st, int ncols, void *xg) { ga_prep(k, xa, st, ncols, xg, 0); }
+static void ga_prep_q6(int64_t k, const void *xa, size_t st, int ncols, void *xg) { ga_prep(k, xa, st, ncols, xg, 1); }
 
 KQ_INLINE int32_t hsum_epi32_256(__m256i v) {
     __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -504,23 +561,9 @@ KQ_INLINE int32_t hsum_epi32_256(__m256i v) {
     return _mm_cvtsi128_si32(x);
 }
 
-/* sum_j sc_j * sum_{i in j} w_i over a decoded row (sc as int16 pairs):
- * vector v of w (32 bytes) holds sub-block v (Q4_K/Q5_K) or sub-blocks 2v, 2v+1 (Q6_K) */
-KQ_INLINE int32_t ga_scaled_sum(const ga_row_t *o, const int q6) {
-    const __m256i ones = _mm256_set1_epi8(1);
-    __m256i s = _mm256_setzero_si256();
-    for (int v = 0; v < 8; v++) {
-        const __m256i p = _mm256_maddubs_epi16(ones, loadu256(o->w + 32 * v)); /* pair sums (int16) */
-        const __m256i scv = q6 ? _mm256_setr_m128i(_mm_set1_epi32((int)o->sc[2 * v]), _mm_set1_epi32((int)o->sc[2 * v + 1]))
-                               : _mm256_set1_epi32((int)o->sc[v]);
-        s = _mm256_add_epi32(s, _mm256_madd_epi16(p, scv));
-    }
-    return hsum_epi32_256(s);
-}
-
 /* One Q4_K (q5 = 0) / Q5_K block into o: the unpacking of affine_row,
  * stored in natural order. */
-static void ga_decode_affine(const void *blk, ga_row_t *o, const int q5) {
+KQ_INLINE void ga_decode_affine(const void *blk, ga_row_t *o, const int q5) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
     const uint8_t *scales, *qs, *qhp = NULL;
     fp16_t hd, hm;
@@ -534,6 +577,7 @@ static void ga_decode_affine(const void *blk, ga_row_t *o, const int q5) {
     uint64_t sc8, m8;
     kquant_scales_k4(scales, &sc8, &m8);
     __m256i hb = q5 ? loadu256(qhp) : _mm256_setzero_si256();
+#pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
         const __m256i q = loadu256(qs + 32 * j);
         __m256i ql = _mm256_and_si256(q, m4), qh = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
@@ -547,7 +591,6 @@ static void ga_decode_affine(const void *blk, ga_row_t *o, const int q5) {
     }
     const __m128i sb = _mm_cvtsi64_si128((long long)sc8);
     _mm256_storeu_si256((__m256i *)o->sc, _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sb, sb))); /* (sc_j, sc_j) */
-    _mm256_storeu_si256((__m256i *)(o->sc + 8), _mm256_setzero_si256());
     _mm_storeu_si128((__m128i *)o->mn, _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m8))); /* (m_2i, m_2i+1) */
     o->negc = 0; /* signed activations: no offset */
     o->d = _cvtsh_ss(hd);
@@ -556,19 +599,38 @@ static void ga_decode_affine(const void *blk, ga_row_t *o, const int q5) {
 }
 
 /* One Q6_K block into o: the unpacking of q6k_block, minus 32. */
-static void ga_decode_q6(const block_q6_K *w, ga_row_t *o) {
-    const __m256i m32 = _mm256_set1_epi8(32);
+KQ_INLINE void ga_decode_q6(const block_q6_K *w, ga_row_t *o) {
+    const __m256i m32 = _mm256_set1_epi8(32), ones = _mm256_set1_epi16(1);
+    const __m128i s8 = _mm_loadu_si128((const __m128i *)w->scales);
+    const __m256i B = _mm256_broadcastsi128_si256(s8);
+    const __m256i sc16 = _mm256_cvtepi8_epi16(s8); /* sc_0..sc_15 */
+    /* negc / -128 = sum_j sc_j * sum_{i in j} (q_i - 32) = sum_i sc_j(i) * q_i - 512 * sum_j sc_j, with
+     * q = w + 32 unsigned: maddubs with the scale of each byte (pairs <= 2 * 63 * 128, two vectors
+     * summed in int16 < 2^15) */
+    __m256i acc = _mm256_madd_epi16(sc16, _mm256_set1_epi16(-512));
+#pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
         __m256i q[4];
         q6k_unpack_half(w, h, q);
+#pragma GCC unroll 4
         for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(o->w + 128 * h + 32 * i), _mm256_sub_epi8(q[i], m32));
+#pragma GCC unroll 2
+        for (int i = 0; i < 4; i += 2) {
+            /* q[i]: sub-block 8h + 2i (low lane), 8h + 2i + 1 (high lane) */
+            const int j = 8 * h + 2 * i;
+            const __m256i i0 = _mm256_setr_m128i(_mm_set1_epi8((char)j), _mm_set1_epi8((char)(j + 1)));
+            const __m256i i1 = _mm256_setr_m128i(_mm_set1_epi8((char)(j + 2)), _mm_set1_epi8((char)(j + 3)));
+            const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(q[i], _mm256_shuffle_epi8(B, i0)),
+                                               _mm256_maddubs_epi16(q[i + 1], _mm256_shuffle_epi8(B, i1)));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, ones));
+        }
     }
-    for (int j = 0; j < 16; j++) {
-        const uint32_t s = (uint16_t)(int16_t)w->scales[j];
-        o->sc[j] = s | s << 16;
-    }
+    /* (sc_j, sc_j) int16 pairs */
+    const __m256i lo = _mm256_unpacklo_epi16(sc16, sc16), hi = _mm256_unpackhi_epi16(sc16, sc16);
+    _mm256_storeu_si256((__m256i *)o->sc, _mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm256_storeu_si256((__m256i *)o->sc_hi, _mm256_permute2x128_si256(lo, hi, 0x31));
     memset(o->mn, 0, sizeof o->mn);
-    o->negc = -128 * ga_scaled_sum(o, 1);
+    o->negc = -128 * hsum_epi32_256(acc);
     o->d = _cvtsh_ss(w->d);
     o->dmin = 0.0f;
     o->pad = 0;
@@ -586,143 +648,186 @@ KQ_INLINE __m256i ga_mul(__m256i a, __m256i w, const int q6) {
     return q6 ? _mm256_maddubs_epi16(a, w) : _mm256_maddubs_epi16(w, a);
 }
 
-/* GA_R rows (pw: [b][GA_R] decoded) x 8 columns (x: one half-group, at the
- * first super-block) over nb super-blocks, continuing the float chains st
- * (first: from +0.0f). Per sub-block, k-slices in runs of KS (Q4_K 8, Q5_K
- * 4, Q6_K 2: the int16 bound): ga_mul of the activations with the row's
- * weight dword broadcast, summed in int16 along the run, then madd with the
+/* GA_R rows (pw: [b][GA_R] decoded) x 8 nh columns (x: half 0 of a group
+ * at the first super-block, half 1 at x + xh) over nb super-blocks,
+ * continuing the float chains st[h] (first: from +0.0f). Per sub-block,
+ * k-slices in runs of KS (Q4_K 8, Q5_K 4, Q6_K 2: the int16 bound): ga_mul
+ * of the activations with the row's weight dword broadcast (one broadcast
+ * serves both halves), summed in int16 along the run, then madd with the
  * scale pair into T. */
-KQ_INLINE void ga_kernel(const ga_row_t *pw, const uint8_t *x, int64_t nb, float st[GA_R][GA_LANES], int first,
-                         const int fmt) {
+KQ_INLINE void ga_kernel(const ga_row_t *pw, const uint8_t *x, size_t xh, int64_t nb, float *st, size_t hs,
+                         int first, const int fmt, const int nh) {
     /* k-slices per run / per sub-block */
     const int q6 = fmt == 2, ks = fmt == 0 ? 8 : fmt == 1 ? 4 : 2, sub = q6 ? 4 : 8;
-    const int qo = q6 ? GA_ACT_QU : GA_ACT_QS;
-    __m256 acc[GA_R];
+    const size_t sb = ga_act_sb(q6), od = ga_act_d(q6);
+    __m256 acc[GA_HALVES][GA_R];
+#pragma GCC unroll 2
+    for (int h = 0; h < nh; h++)
 #pragma GCC unroll 8
-    for (int r = 0; r < GA_R; r++) acc[r] = first ? _mm256_setzero_ps() : _mm256_load_ps(st[r]);
-    for (int64_t b = 0; b < nb; b++, x += GA_ACT_SB) {
-        const ga_row_t *w = pw + b * GA_R;
-        __m256i T[GA_R];
+        for (int r = 0; r < GA_R; r++) acc[h][r] = first ? _mm256_setzero_ps() : _mm256_load_ps(st + h * hs + GA_LANES * r);
+    for (int64_t b = 0; b < nb; b++, x += sb) {
+        const ga_row_t *w[GA_R];
 #pragma GCC unroll 8
-        for (int r = 0; r < GA_R; r++) T[r] = q6 ? _mm256_set1_epi32(w[r].negc) : _mm256_setzero_si256();
+        for (int r = 0; r < GA_R; r++) w[r] = ga_crow(pw, b * GA_R + r, q6);
+        __m256i T[GA_HALVES][GA_R];
+#pragma GCC unroll 2
+        for (int h = 0; h < nh; h++)
+#pragma GCC unroll 8
+            for (int r = 0; r < GA_R; r++) T[h][r] = q6 ? _mm256_set1_epi32(w[r]->negc) : _mm256_setzero_si256();
 #ifndef GA_UNROLL
 #define GA_UNROLL 16
 #endif
         KQ_UNROLL(GA_UNROLL)
         for (int i0 = 0; i0 < 64; i0 += ks) {
             const int j = i0 / sub;
-            __m256i s16[GA_R];
-            {
-                const __m256i a = loadu256(x + qo + 32 * i0);
+            __m256i s16[GA_HALVES][GA_R];
 #pragma GCC unroll 8
-                for (int r = 0; r < GA_R; r++) s16[r] = ga_mul(a, bcast32(w[r].w + 4 * i0), q6);
-            }
-#pragma GCC unroll 8
-            for (int i = i0 + 1; i < i0 + ks; i++) {
-                const __m256i a = loadu256(x + qo + 32 * i);
+            for (int i = i0; i < i0 + ks; i++) {
+                __m256i a[GA_HALVES];
+#pragma GCC unroll 2
+                for (int h = 0; h < nh; h++) a[h] = loadu256(x + h * xh + 32 * i);
 #pragma GCC unroll 8
                 for (int r = 0; r < GA_R; r++) {
-                    s16[r] = _mm256_add_epi16(s16[r], ga_mul(a, bcast32(w[r].w + 4 * i), q6));
-                    if (!q6) KQ_OPAQUE(s16[r]);
+                    const __m256i wb = bcast32(w[r]->w + 4 * i);
+#pragma GCC unroll 2
+                    for (int h = 0; h < nh; h++) {
+                        const __m256i p = ga_mul(a[h], wb, q6);
+                        s16[h][r] = i == i0 ? p : _mm256_add_epi16(s16[h][r], p);
+                        if (!q6) KQ_OPAQUE(s16[h][r]);
+                    }
                 }
             }
 #pragma GCC unroll 8
-            for (int r = 0; r < GA_R; r++) T[r] = _mm256_add_epi32(T[r], _mm256_madd_epi16(s16[r], bcast32(&w[r].sc[j])));
-        }
-        const __m256 DA = _mm256_loadu_ps((const float *)(x + GA_ACT_D));
-        if (q6) {
-#pragma GCC unroll 8
-            for (int r = 0; r < GA_R; r++)
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[r]), _mm256_mul_ps(DA, _mm256_set1_ps(w[r].d)), acc[r]);
-        } else {
-            __m256i P[4];
-#pragma GCC unroll 4
-            for (int i = 0; i < 4; i++) P[i] = loadu256(x + GA_ACT_P + 32 * i);
-#pragma GCC unroll 8
             for (int r = 0; r < GA_R; r++) {
-                __m256i m = _mm256_madd_epi16(P[0], bcast32(&w[r].mn[0]));
+                const __m256i sc = bcast32(ga_sc(w[r], j));
+#pragma GCC unroll 2
+                for (int h = 0; h < nh; h++) T[h][r] = _mm256_add_epi32(T[h][r], _mm256_madd_epi16(s16[h][r], sc));
+            }
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < nh; h++) {
+            const uint8_t *xx = x + h * xh;
+            const __m256 DA = _mm256_loadu_ps((const float *)(xx + od));
+            if (q6) {
+#pragma GCC unroll 8
+                for (int r = 0; r < GA_R; r++)
+                    acc[h][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[h][r]), _mm256_mul_ps(DA, _mm256_set1_ps(w[r]->d)), acc[h][r]);
+            } else {
+#pragma GCC unroll 8
+                for (int r = 0; r < GA_R; r++) {
+                    __m256i m = _mm256_madd_epi16(loadu256(xx + GA_ACT_P), bcast32(&w[r]->mn[0]));
 #pragma GCC unroll 3
-                for (int i = 1; i < 4; i++) m = _mm256_add_epi32(m, _mm256_madd_epi16(P[i], bcast32(&w[r].mn[i])));
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[r]), _mm256_mul_ps(DA, _mm256_set1_ps(w[r].d)), acc[r]);
-                acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(DA, _mm256_set1_ps(w[r].dmin)), acc[r]);
+                    for (int i = 1; i < 4; i++)
+                        m = _mm256_add_epi32(m, _mm256_madd_epi16(loadu256(xx + GA_ACT_P + 32 * i), bcast32(&w[r]->mn[i])));
+                    acc[h][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[h][r]), _mm256_mul_ps(DA, _mm256_set1_ps(w[r]->d)), acc[h][r]);
+                    acc[h][r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(DA, _mm256_set1_ps(w[r]->dmin)), acc[h][r]);
+                }
             }
         }
     }
+#pragma GCC unroll 2
+    for (int h = 0; h < nh; h++)
 #pragma GCC unroll 8
-    for (int r = 0; r < GA_R; r++) _mm256_store_ps(st[r], acc[r]);
+        for (int r = 0; r < GA_R; r++) _mm256_store_ps(st + h * hs + GA_LANES * r, acc[h][r]);
 }
 
-static void ga_kernel_q4(const ga_row_t *pw, const uint8_t *x, int64_t nb, float st[GA_R][GA_LANES], int first) {
-    ga_kernel(pw, x, nb, st, first, 0);
-}
-static void ga_kernel_q5(const ga_row_t *pw, const uint8_t *x, int64_t nb, float st[GA_R][GA_LANES], int first) {
-    ga_kernel(pw, x, nb, st, first, 1);
-}
-static void ga_kernel_q6(const ga_row_t *pw, const uint8_t *x, int64_t nb, float st[GA_R][GA_LANES], int first) {
-    ga_kernel(pw, x, nb, st, first, 2);
+#define GA_KERNELS(fmt, name)                                                                                       \
+    static void ga_kernel_##name##_1(const ga_row_t *pw, const uint8_t *x, size_t xh, int64_t nb, float *st,       \
+                                     size_t hs, int first) {                                                       \
+        ga_kernel(pw, x, xh, nb, st, hs, first, fmt, 1);                                                           \
+    }                                                                                                              \
+    static void ga_kernel_##name##_2(const ga_row_t *pw, const uint8_t *x, size_t xh, int64_t nb, float *st,       \
+                                     size_t hs, int first) {                                                       \
+        ga_kernel(pw, x, xh, nb, st, hs, first, fmt, 2);                                                           \
+    }
+GA_KERNELS(0, q4)
+GA_KERNELS(1, q5)
+GA_KERNELS(2, q6)
+
+/* 8 x 8 floats: v[i] = row i -> v[c] = column c. */
+KQ_INLINE void ga_transpose8(__m256 v[8]) {
+    __m256 t[8], u[8];
+#pragma GCC unroll 4
+    for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]), t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+#pragma GCC unroll 2
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44), u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+        u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44), u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+        v[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
 }
 
-/* run: as kquant_avx512.c's: column blocks (activations in L2), row blocks
- * decoded into scratch (L2), k-chunks (a half-group's chunk in L1), then
- * groups, halves, panels; the float chains wait in scratch between chunks. */
+/* run: column blocks (activations in L2), row blocks decoded into scratch
+ * (L2), k-chunks (a group's chunk in L1), then groups, panels (both halves
+ * of a group at once); the float chains wait in scratch between chunks,
+ * [group][half][row][8 columns], and go out by 8 x 8 transposes. */
 KQ_INLINE void ga_run(const kern_gemm_args_t *a, const void *wv, size_t row_bytes, int64_t nrows, float *y,
                       int64_t ldy, void *scratch, const int fmt) {
     TERN_CHECK(a->k % QK_K == 0 && a->xg != NULL && scratch != NULL);
     const int64_t nb = a->k / QK_K, ngroups = (a->n + KERN_GEMM_GROUP - 1) / KERN_GEMM_GROUP;
     const int64_t mc_max = ga_mc(nb), gmax = ga_gmax(nb);
     const size_t bsz = fmt == 2 ? sizeof(block_q6_K) : fmt == 1 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const size_t hs = (size_t)mc_max * GA_LANES; /* floats of one half's chains */
     const char *w = wv;
     ga_row_t *dec = scratch;
-    float(*st)[GA_R][GA_LANES] = (void *)((char *)scratch + ga_dec_bytes(nb));
+    float *st = (float *)((char *)scratch + ga_dec_bytes(nb));
     for (int64_t g0 = 0; g0 < ngroups; g0 += gmax) {
         const int64_t gn = ngroups - g0 < gmax ? ngroups - g0 : gmax;
         for (int64_t r0 = 0; r0 < nrows; r0 += mc_max) {
             const int64_t mc = nrows - r0 < mc_max ? nrows - r0 : mc_max;
             const int64_t np = (mc + GA_R - 1) / GA_R;
             for (int64_t i = 0; i < np * GA_R; i++) {
-                ga_row_t *o = dec + (i / GA_R) * nb * GA_R + i % GA_R;
+                ga_row_t *o = ga_row(dec, (i / GA_R) * nb * GA_R + i % GA_R, fmt == 2);
                 if (i >= mc) {
-                    for (int64_t b = 0; b < nb; b++) memset(o + b * GA_R, 0, sizeof *o);
+                    for (int64_t b = 0; b < nb; b++) memset(ga_row(o, b * GA_R, fmt == 2), 0, ga_row_bytes(fmt == 2));
                     continue;
                 }
                 const char *row = w + (size_t)(r0 + i) * row_bytes;
                 for (int64_t b = 0; b < nb; b++) {
                     const char *blk = row + (size_t)b * bsz;
-                    if (fmt == 2) ga_decode_q6((const block_q6_K *)blk, o + b * GA_R);
-                    else ga_decode_affine(blk, o + b * GA_R, fmt == 1);
+                    if (fmt == 2) ga_decode_q6((const block_q6_K *)blk, ga_row(o, b * GA_R, 1));
+                    else ga_decode_affine(blk, ga_row(o, b * GA_R, 0), fmt == 1);
                 }
             }
             for (int64_t k0 = 0; k0 < nb; k0 += GA_KC) {
                 const int64_t kc = nb - k0 < GA_KC ? nb - k0 : GA_KC;
                 for (int64_t g = 0; g < gn; g++) {
-                    for (int hf = 0; hf < GA_HALVES; hf++) {
-                        if ((g0 + g) * KERN_GEMM_GROUP + hf * GA_LANES >= a->n) break;
-                        const uint8_t *xg = (const uint8_t *)a->xg + (size_t)(g0 + g) * a->xg_group +
-                                            ((size_t)hf * (size_t)nb + (size_t)k0) * GA_ACT_SB;
-                        for (int64_t p = 0; p < np; p++) {
-                            const ga_row_t *pw = dec + (p * nb + k0) * GA_R;
-                            float(*s)[GA_LANES] = st[(p * gmax + g) * GA_HALVES + hf];
-                            if (fmt == 2) ga_kernel_q6(pw, xg, kc, s, k0 == 0);
-                            else if (fmt == 1) ga_kernel_q5(pw, xg, kc, s, k0 == 0);
-                            else ga_kernel_q4(pw, xg, kc, s, k0 == 0);
-                        }
+                    /* both halves in one kernel where the group has more than 8 columns */
+                    const int nh = (g0 + g) * KERN_GEMM_GROUP + GA_LANES < a->n ? 2 : 1;
+                    const size_t xh = (size_t)nb * ga_act_sb(fmt == 2);
+                    const uint8_t *xg = (const uint8_t *)a->xg + (size_t)(g0 + g) * a->xg_group + (size_t)k0 * ga_act_sb(fmt == 2);
+                    for (int64_t p = 0; p < np; p++) {
+                        const ga_row_t *pw = ga_crow(dec, (p * nb + k0) * GA_R, fmt == 2);
+                        float *s = st + (size_t)g * GA_HALVES * hs + (size_t)p * GA_R * GA_LANES;
+                        const int first = k0 == 0;
+                        if (fmt == 2) (nh == 2 ? ga_kernel_q6_2 : ga_kernel_q6_1)(pw, xg, xh, kc, s, hs, first);
+                        else if (fmt == 1) (nh == 2 ? ga_kernel_q5_2 : ga_kernel_q5_1)(pw, xg, xh, kc, s, hs, first);
+                        else (nh == 2 ? ga_kernel_q4_2 : ga_kernel_q4_1)(pw, xg, xh, kc, s, hs, first);
                     }
                 }
             }
+            /* out: rows of 8 columns -> columns of y, 8 x 8 at a time */
             for (int64_t g = 0; g < gn; g++) {
                 for (int hf = 0; hf < GA_HALVES; hf++) {
                     const int64_t c0 = (g0 + g) * KERN_GEMM_GROUP + hf * GA_LANES;
                     if (c0 >= a->n) break;
                     const int nc = a->n - c0 < GA_LANES ? (int)(a->n - c0) : GA_LANES;
-                    for (int64_t p = 0; p < np; p++) {
-                        const int64_t rb = r0 + p * GA_R;
-                        const int nr = nrows - rb < GA_R ? (int)(nrows - rb) : GA_R;
-                        const float(*out)[GA_LANES] = st[(p * gmax + g) * GA_HALVES + hf];
-                        for (int c = 0; c < nc; c++) {
-                            float *yc = y + (c0 + c) * ldy + rb;
-                            for (int r = 0; r < nr; r++) yc[r] = out[r][c];
-                        }
+                    const float *out = st + ((size_t)g * GA_HALVES + (size_t)hf) * hs;
+                    float *yb = y + c0 * ldy + r0;
+                    int64_t r = 0;
+                    for (; r + 8 <= mc; r += 8) {
+                        __m256 v[8];
+#pragma GCC unroll 8
+                        for (int i = 0; i < 8; i++) v[i] = _mm256_load_ps(out + (r + i) * GA_LANES);
+                        ga_transpose8(v);
+                        for (int c = 0; c < nc; c++) _mm256_storeu_ps(yb + c * ldy + r, v[c]);
                     }
+                    for (; r < mc; r++)
+                        for (int c = 0; c < nc; c++) yb[c * ldy + r] = out[r * GA_LANES + c];
                 }
             }
         }
@@ -742,54 +847,90 @@ static void ga_run_q6k(const kern_gemm_args_t *a, const void *w, size_t rb, int6
     ga_run(a, w, rb, nr, y, ldy, s, 2);
 }
 
-/* One prep for the three formats, so that matrices sharing an input share it. */
-static const kern_gemm_t g_gemm_q4k = {ga_group_size, ga_prep, ga_scratch_size, ga_run_q4k};
-static const kern_gemm_t g_gemm_q5k = {ga_group_size, ga_prep, ga_scratch_size, ga_run_q5k};
-static const kern_gemm_t g_gemm_q6k = {ga_group_size, ga_prep, ga_scratch_size, ga_run_q6k};
+/* One prep for Q4_K and Q5_K (matrices sharing an input and a prep share
+ * its layout), one for Q6_K: each layout only what its kernel reads. */
+static const kern_gemm_t g_gemm_q4k = {ga_group_size_affine, ga_prep_affine, ga_scratch_size, ga_run_q4k};
+static const kern_gemm_t g_gemm_q5k = {ga_group_size_affine, ga_prep_affine, ga_scratch_size, ga_run_q5k};
+static const kern_gemm_t g_gemm_q6k = {ga_group_size_q6, ga_prep_q6, ga_scratch_size, ga_run_q6k};
 
 /* ---- Q8_K activations ----------------------------------------------------------- */
 
+/* One block's 256 quants, x * id rounded to nearest even, clamped to
+ * [-127, 127] first when clamp; without: returns 0 if a byte is -128. */
+KQ_INLINE int act_block(const float *xb, __m256 id, __m256i q[8], const int clamp) {
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256i mn = _mm256_set1_epi8(127);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        __m256i v[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+            __m256 f = _mm256_mul_ps(_mm256_loadu_ps(xb + 32 * i + 8 * u), id);
+            if (clamp) f = _mm256_min_ps(_mm256_max_ps(f, lo), hi);
+            v[u] = _mm256_cvtps_epi32(f); /* MXCSR default: nearest even */
+        }
+        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+        q[i] = _mm256_permutevar8x32_epi32(p, perm);
+        if (!clamp) mn = _mm256_min_epi8(mn, q[i]);
+    }
+    return clamp || !_mm256_movemask_epi8(_mm256_cmpeq_epi8(mn, _mm256_set1_epi8(-128)));
+}
+
 /* The scalar quantizer's operations exactly (quant_k.c): amax, id = 127/amax,
  * d = amax/127, q = round-to-nearest-even(clamp(x * id, -127, 127)). The
- * clamp has max/min-instruction NaN semantics, like the scalar one. */
+ * clamp has max/min-instruction NaN semantics, like the scalar one (and is
+ * skipped where it cannot change a result, see act_block). The amax of a
+ * chunk of blocks first, then their quants: the amax -> divide -> quantize
+ * latency of one block no longer serializes the loop (~-20%; the clamp
+ * skip another ~-20%, /tmp harness). */
+#define ACT_CHUNK 16 /* blocks per pass pair: 16 KB of floats, in L1 for the second pass */
 static void act_q8_K_avx2(const float *x, void *xav, int64_t k) {
     TERN_CHECK(k % QK_K == 0);
     block_q8_K *y = xav;
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
-    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    for (int64_t b = 0; b < k / QK_K; b++, x += QK_K) {
-        __m256 m0 = _mm256_setzero_ps(), m1 = m0, m2 = m0, m3 = m0;
-        for (int i = 0; i < QK_K; i += 32) {
-            m0 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i), absmask), m0);
-            m1 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i + 8), absmask), m1);
-            m2 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i + 16), absmask), m2);
-            m3 = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + i + 24), absmask), m3);
+    const int64_t nb = k / QK_K;
+    for (int64_t b0 = 0; b0 < nb; b0 += ACT_CHUNK) {
+        const int nc = nb - b0 < ACT_CHUNK ? (int)(nb - b0) : ACT_CHUNK;
+        /* pass 1, every block of the chunk before any pass 2 (independent
+         * chains; a max over a set does not depend on the order) */
+        float amax[ACT_CHUNK];
+        for (int c = 0; c < nc; c++) {
+            const float *xb = x + (b0 + c) * QK_K;
+            __m256 m[8];
+#pragma GCC unroll 8
+            for (int u = 0; u < 8; u++) /* max(|x|, m) keeps m where |x| is NaN: NaNs do not count */
+                m[u] = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(xb + 8 * u), absmask), _mm256_setzero_ps());
+#pragma GCC unroll 3
+            for (int i = 64; i < QK_K; i += 64)
+#pragma GCC unroll 8
+                for (int u = 0; u < 8; u++) m[u] = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(xb + i + 8 * u), absmask), m[u]);
+            __m256 v = _mm256_max_ps(_mm256_max_ps(_mm256_max_ps(m[0], m[1]), _mm256_max_ps(m[2], m[3])),
+                                     _mm256_max_ps(_mm256_max_ps(m[4], m[5]), _mm256_max_ps(m[6], m[7])));
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+            amax[c] = _mm_cvtss_f32(m4);
         }
-        __m256 m = _mm256_max_ps(_mm256_max_ps(m0, m1), _mm256_max_ps(m2, m3));
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        const float amax = _mm_cvtss_f32(m4);
-        if (amax == 0) {
-            memset(&y[b], 0, sizeof y[b]);
-            continue;
-        }
-        const __m256 id = _mm256_set1_ps(127.0f / amax);
-        y[b].d = amax / 127.0f;
-        __m256i q[8];
-        for (int i = 0; i < 8; i++) {
-            __m256i v[4];
-            for (int u = 0; u < 4; u++) {
-                __m256 f = _mm256_mul_ps(_mm256_loadu_ps(x + 32 * i + 8 * u), id);
-                f = _mm256_min_ps(_mm256_max_ps(f, lo), hi);
-                v[u] = _mm256_cvtps_epi32(f); /* MXCSR default: nearest even */
+        for (int c = 0; c < nc; c++) {
+            const float *xb = x + (b0 + c) * QK_K;
+            block_q8_K *yb = &y[b0 + c];
+            if (amax[c] == 0) {
+                memset(yb, 0, sizeof *yb);
+                continue;
             }
-            __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
-            q[i] = _mm256_permutevar8x32_epi32(p, perm);
-            _mm256_storeu_si256((__m256i *)(y[b].qs + 32 * i), q[i]);
+            const __m256 id = _mm256_set1_ps(127.0f / amax[c]);
+            yb->d = amax[c] / 127.0f;
+            __m256i q[8];
+            /* Without the clamp first: |x * id| <= 127 * (1 + 2^-24)^2 rounds into
+             * [-127, 127] as the clamped value does, for every finite product; a NaN
+             * or infinite one (x NaN or infinite, id infinite) converts to INT_MIN,
+             * i.e. byte -128, which the clamped path never gives: then redo the
+             * block with the clamp. */
+            if (!act_block(xb, id, q, 0)) act_block(xb, id, q, 1);
+            for (int i = 0; i < 8; i++) _mm256_storeu_si256((__m256i *)(yb->qs + 32 * i), q[i]);
+            kquant_bsums_avx2(q, yb->bsums);
         }
-        kquant_bsums_avx2(q, y[b].bsums);
     }
 }
 
