@@ -814,6 +814,119 @@ static void test_avx512_vbmi_same(void **state) {
 #endif
 }
 
+/* ---- GEMM (kern_gemm_t): plain AVX2 and AVX-VNNI ----------------------- */
+
+/* A table entry's GEMM run as the driver runs it: prep per group of
+ * KERN_GEMM_GROUP columns (64-aligned group stride), then run over all rows
+ * with a 64-aligned scratch. y[c * nrows + r]. */
+static void run_gemm(const kern_gemm_t *g, int64_t k, const uint8_t *w, size_t row_bytes, int64_t nrows,
+                     const uint8_t *a, size_t ast, int64_t n, float *y) {
+    const int64_t ng = (n + KERN_GEMM_GROUP - 1) / KERN_GEMM_GROUP;
+    size_t gstride = 0;
+    void *xg = NULL, *scratch = NULL;
+    if (g->prep) {
+        const size_t gb = g->group_size(k);
+        assert_true(gb > 0);
+        gstride = (gb + 63) & ~(size_t)63;
+        xg = aligned_alloc(64, gstride * (size_t)ng);
+        assert_non_null(xg);
+        for (int64_t gi = 0; gi < ng; gi++) {
+            const int nc = n - gi * KERN_GEMM_GROUP < KERN_GEMM_GROUP ? (int)(n - gi * KERN_GEMM_GROUP) : KERN_GEMM_GROUP;
+            g->prep(k, a + (size_t)(gi * KERN_GEMM_GROUP) * ast, ast, nc, (char *)xg + (size_t)gi * gstride);
+        }
+    }
+    const size_t ss = g->scratch_size ? g->scratch_size(k) : 0;
+    if (ss) {
+        scratch = aligned_alloc(64, (ss + 63) & ~(size_t)63);
+        assert_non_null(scratch);
+    }
+    const kern_gemm_args_t args = {k, n, a, ast, xg, gstride};
+    g->run(&args, w, row_bytes, nrows, y, nrows, scratch);
+    free(xg);
+    free(scratch);
+}
+
+/* The AVX2 GEMMs of the block formats come in two builds, plain AVX2 and
+ * AVX-VNNI (legacy_avx2.c picks at registration; TERN_NO_AVXVNNI turns the
+ * latter off). Both form the same exact integer block sums and take the
+ * same float steps, so they must agree bit for bit with each other and
+ * with the AVX2 dot of every (row, column), and stay within the dot
+ * tolerance of the exact value and of the scalar oracle. Shapes: rows
+ * around the tiles (1..13), partial groups of four blocks, partial column
+ * groups. On a CPU without AVX-VNNI both tables hold the same GEMM (said
+ * so). */
+static void test_avx2_gemm_vnni_same(void **state) {
+    (void)state;
+#if defined(__x86_64__)
+    if (!isa_usable(ISA_AVX2)) return;
+    const bool vnni = cpu_features()->avxvnni && getenv("TERN_NO_AVXVNNI") == NULL;
+    if (!vnni) print_message("no AVX-VNNI here (or TERN_NO_AVXVNNI set): both tables hold the same GEMMs\n");
+    static kern_table_t plain;
+    const char *prev = getenv("TERN_NO_AVXVNNI");
+    setenv("TERN_NO_AVXVNNI", "1", 1);
+    kern_register_legacy(plain);
+    if (!prev) unsetenv("TERN_NO_AVXVNNI");
+    uint64_t seed = 7117;
+    const int block_types[] = {TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_Q8_0};
+    const int64_t shapes[][3] = {{1, 32, 5}, {5, 32 * 5, 16}, {13, 32 * 37, 17}, {7, 4096, 40}, {4, 32 * 6, 33}};
+    for (int t = 0; t < 5; t++) {
+        const int type = block_types[t];
+        const kern_gemm_t *gv = g_tab[type][ISA_AVX2].gemm, *gp = plain[type][ISA_AVX2].gemm;
+        assert_non_null(gv);
+        assert_non_null(gp);
+        assert_true((gv != gp) == vnni);
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const int64_t nrows = shapes[si][0], k = shapes[si][1], n = shapes[si][2];
+            dotcase_t dc;
+            dc_init(&dc, type, k, (int)n);
+            dc_acts_gauss(&dc, (int)n, ISA_AVX2, &seed);
+            const size_t rb = dc.wbytes + 2; /* rows at a stride wider than a row, 2 bytes off alignment */
+            uint8_t *wmem = malloc(rb * (size_t)nrows + 2), *w = wmem + 2;
+            float *x = malloc((size_t)k * sizeof(float));
+            float *yv = malloc(sizeof(float) * (size_t)(nrows * n)), *yp = malloc(sizeof(float) * (size_t)(nrows * n));
+            assert_non_null(wmem);
+            assert_non_null(x);
+            assert_non_null(yv);
+            assert_non_null(yp);
+            for (int64_t r = 0; r < nrows; r++) {
+                fill_gauss(x, k, &seed);
+                assert_int_equal(quant_quantize_row(type, x, w + (size_t)r * rb, k), 0);
+            }
+            run_gemm(gv, k, w, rb, nrows, dc.a, dc.ast, n, yv);
+            run_gemm(gp, k, w, rb, nrows, dc.a, dc.ast, n, yp);
+            if (memcmp(yv, yp, sizeof(float) * (size_t)(nrows * n)) != 0)
+                print_error("%s %lldx%lld n=%lld: AVX-VNNI GEMM differs from the plain AVX2 one\n", quant_name(type),
+                            (long long)nrows, (long long)k, (long long)n);
+            assert_memory_equal(yv, yp, sizeof(float) * (size_t)(nrows * n));
+            for (int64_t r = 0; r < nrows; r++) {
+                dotcase_t rc = dc;
+                rc.w = w + (size_t)r * rb;
+                for (int64_t c = 0; c < n; c++) {
+                    float d = NAN, sref = NAN;
+                    const float got = yv[c * nrows + r];
+                    g_tab[type][ISA_AVX2].dot(k, rc.w, dc_col(&dc, (int)c), dc.ast, 1, &d);
+                    g_tab[type][ISA_SCALAR].dot(k, rc.w, dc_col(&dc, (int)c), dc.ast, 1, &sref);
+                    double l1;
+                    const double exact = ref64(&rc, dc_col(&dc, (int)c), &l1), tol = dot_tol(k, l1);
+                    if (memcmp(&got, &d, sizeof got) != 0 || fabs(got - exact) > tol || fabs(got - sref) > 2 * tol)
+                        print_error("%s %lldx%lld n=%lld row %lld column %lld: gemm %.9g, dot %.9g, scalar %.9g, "
+                                    "exact %.17g (tol %g)\n",
+                                    quant_name(type), (long long)nrows, (long long)k, (long long)n, (long long)r,
+                                    (long long)c, got, d, sref, exact, tol);
+                    assert_memory_equal(&got, &d, sizeof got);
+                    assert_true(fabs(got - exact) <= tol);
+                    assert_true(fabs(got - sref) <= 2 * tol);
+                }
+            }
+            free(wmem), free(x), free(yv), free(yp);
+            dc_free(&dc);
+        }
+    }
+#else
+    print_message("not x86-64: AVX-VNNI comparison not run\n");
+#endif
+}
+
 /* The fp16 table the kernels read scales (and scalar F16 weights) through
  * is the exact conversion for every bit pattern, NaNs included. */
 static void test_fp16_table(void **state) {
@@ -864,6 +977,7 @@ int main(void) {
         cmocka_unit_test(test_dot_huge_k),
         cmocka_unit_test(test_dot_multicol_bitexact),
         cmocka_unit_test(test_avx512_vbmi_same),
+        cmocka_unit_test(test_avx2_gemm_vnni_same),
         cmocka_unit_test(test_dot_rows_bitexact),
     };
     return cmocka_run_group_tests(tests, setup, NULL);

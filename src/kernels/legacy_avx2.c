@@ -5,8 +5,12 @@
  * driver), a GEMM for many columns (kern_gemm_t), and the Q8_0 / Q8_1
  * activation quantizers. legacy_ref.c holds the scalar oracle and legacy.h
  * the activation row layout that all ISAs share (unchanged here); the float
- * formats are in float_avx2.c. Only AVX2, FMA and F16C instructions: this
- * runs on Haswell and Zen 2 (no AVX-VNNI, no AVX-512).
+ * formats are in float_avx2.c. AVX2, FMA and F16C instructions: this runs
+ * on Haswell and Zen 2 (no AVX-512). Where the CPU has AVX-VNNI (Intel
+ * Alder Lake and later; cpu_features()->avxvnni) and TERN_NO_AVXVNNI is unset,
+ * registration puts a second build of the GEMM in the AVX2 entries: its
+ * tiles (only they) use vpdpbusd on ymm (function target "avxvnni"); it
+ * gives the same bits as the plain one (below).
  *
  * THE FLOAT ORDER. Every AVX2 kernel of a format computes, for a weight row
  * and an activation column with blocks b = 0 .. nb-1, exactly this (the
@@ -98,9 +102,33 @@
  *    madds, 30 adds, 6 float): on a core with three vector ALU ports that
  *    count, not the loads, is the bound (measured).
  *
+ * GEMM with AVX-VNNI: vpdpbusd (unsigned x signed bytes, summed in int32,
+ * never saturating) replaces maddubs + add + madd. The weights are the
+ * unsigned operand: the decoded rows hold q (Q4 / Q5) or w + 128 (Q8_0) as
+ * bytes; prep lays out every format as the Q4 layout above, its x for the
+ * offset formats (Q4_0 / Q5_0 / Q8_0: off = 8 / 16 / 128) being one int32
+ * per column, -off * (the sum of the column's 32 quants), the start value
+ * of the sums: I = sum (w + off) a - off sum a, exact (every partial sum
+ * within 32 * 255 * 127 + 128 * 32 * 127 < 2^31). Per k-slice one vpdpbusd
+ * per (row, column octet); tiles of 3 rows x 2 octets (6 int32 sums, 6
+ * float accumulators, 2 activation vectors, a broadcast: 15 registers), and
+ * blocks taken chain by chain (blocks j, j + 4, ... of the k-chunk for
+ * chain j), so the accumulators stay in registers over the chunk; every
+ * chain still sees its blocks in increasing order and the float steps are
+ * the ones above, so the results are those of the plain GEMM. Per block,
+ * row and 16 columns: 16 vpdpbusd, 2 converts, 2 multiplies, 2 (min
+ * formats: 4) FMAs, all on the two FMA ports (measured at N = 64, k = 4096:
+ * 1.3-1.4x the plain GEMM, Q8_0 2.2x).
+ *
  * Exactness relies on |a| <= 127 for the activation quants (the act fns
  * clamp to +-127), as maddubs must never saturate. The weight streams of
  * the matvec kernels are prefetched PF_DIST ahead.
+ *
+ * The act fns quantize a group of four blocks at a time: the four amax by
+ * one transposing max reduction, d and 1 / d by one vector division each,
+ * d (and Q8_1's s) rounded to fp16 by F16C (the bytes of the scalar act
+ * fns; the GEMM's time includes them: ~0.4 ns per element, half the old
+ * per-block code's).
  */
 #if defined(__x86_64__)
 
@@ -108,10 +136,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "avx2_util.h"
 #include "common.h"
+#include "cpu.h"
 #include "legacy.h"
 #include "prefetch.h"
 #include "rows_entry.h"
@@ -417,6 +447,17 @@ BLK_KERNELS(q8_0, FMT_Q8_0)
 #pragma GCC optimize("no-tree-ter")
 #endif
 
+/* Full unrolling of the loops over a tile's rows (nt: a constant 1..4 in
+ * every instance). Clang unrolls a loop with "GCC unroll N" only by a
+ * factor N, so not at all a trip count below N (measured: the 3-row VNNI
+ * tiles and the 2-row Q5_1 ones ran at half speed); its own pragma without
+ * a count unrolls any constant trip count fully. */
+#if defined(__clang__)
+#define UNROLL_NT _Pragma("unroll")
+#else
+#define UNROLL_NT _Pragma("GCC unroll 4")
+#endif
+
 /* prep's layout of one group of 16 columns, per block b:
  * Q4 / Q5 weights (GA_BYTES):
  *   int8  q[2][8][32]  octet o (columns 8o..8o+7), k-slice t (elements
@@ -434,14 +475,14 @@ BLK_KERNELS(q8_0, FMT_Q8_0)
  *   float d[16]
  * Columns past the last are zeros (computed on, never stored). */
 enum { GA_OFF_D = 512, GA_OFF_X = 576, GA_BYTES = 640, GA8_OFF_D = 1024, GA8_BYTES = 1088 };
-ALWAYS_INLINE size_t f_ga(int f) {
-    return f == FMT_Q8_0 ? GA8_BYTES : GA_BYTES;
+ALWAYS_INLINE size_t f_ga(int f, bool v) {
+    return f == FMT_Q8_0 && !v ? GA8_BYTES : GA_BYTES;
 }
 /* Blocks per k-chunk: a chunk of one column group's activations (20 KB,
  * Q8_0: 17 KB) stays in L1 while the rows of a row block pass over it (the
  * accumulators are saved between chunks: exact). */
-ALWAYS_INLINE int64_t f_kc(int f) {
-    return f == FMT_Q8_0 ? 16 : 32;
+ALWAYS_INLINE int64_t f_kc(int f, bool v) {
+    return f == FMT_Q8_0 && !v ? 16 : 32;
 }
 /* Bytes of decoded weight rows per row block (at least 4 rows): small
  * enough that the block and an act chunk share L1 while every column
@@ -453,33 +494,65 @@ ALWAYS_INLINE int64_t f_kc(int f) {
 /* Rows per register tile (at most): 4 rows x 2 octets, 8 int16 sums in
  * flight, each activation vector loaded once for 4 rows. */
 #define GEMM_NT 4
-/* Q5_1 takes 2: its int16 sums plus int32 partials would want 16 registers
- * at 4 rows (measured: 2 rows 1-2% faster). */
-ALWAYS_INLINE int64_t f_nt(int f) {
-    return f == FMT_Q5_1 ? 2 : GEMM_NT;
+/* The AVX-VNNI GEMM (v): rows per tile (3 rows x 2 octets: 6 float
+ * accumulators, 6 int32 sums, 2 activation vectors and a broadcast, all in
+ * registers; measured: 2 rows 15-20% slower, 4 rows (spilling) 2% slower),
+ * and log2 of the weight offset its unsigned weights carry (Q8_0: w + 128).
+ * Its prep layout is the Q4 / Q5 one for every format, with x = -2^sh
+ * times the sum of the column's 32 quants (int32) for the offset formats,
+ * and its decoded rows hold 32 unsigned bytes per block. */
+#define VNNI_NT 3
+ALWAYS_INLINE int f_vsh(int f) {
+    return f == FMT_Q8_0 ? 7 : f_sh(f);
+}
+/* Plain: Q5_1 takes 2 rows, its int16 sums plus int32 partials would want
+ * 16 registers at 4 rows (measured: 2 rows 1-2% faster). */
+ALWAYS_INLINE int64_t f_nt(int f, bool v) {
+    return v ? VNNI_NT : f == FMT_Q5_1 ? 2 : GEMM_NT;
 }
 
 /* A decoded row (run's scratch): per block f_dq bytes of quants in element
  * order (Q4 / Q5: q; Q8_0: w as int16), then float d[nb] and (min formats)
  * float m[nb]; rows 64-aligned. */
-ALWAYS_INLINE size_t f_dq(int f) {
-    return f == FMT_Q8_0 ? 64 : 32;
+ALWAYS_INLINE size_t f_dq(int f, bool v) {
+    return f == FMT_Q8_0 && !v ? 64 : 32;
 }
-ALWAYS_INLINE size_t gemm_row_bytes(int64_t nb, int f) {
-    return ((size_t)nb * (f_dq(f) + (f_min(f) ? 8 : 4)) + 63) & ~(size_t)63;
+ALWAYS_INLINE size_t gemm_row_bytes(int64_t nb, int f, bool v) {
+    return ((size_t)nb * (f_dq(f, v) + (f_min(f) ? 8 : 4)) + 63) & ~(size_t)63;
 }
-ALWAYS_INLINE int64_t gemm_rows(int64_t k, int f) {
-    const int64_t rb = GEMM_PANEL_BYTES / (int64_t)gemm_row_bytes(k / QK, f);
+/* The VNNI GEMM's row blocks: the same panel bytes, in whole tiles of
+ * VNNI_NT rows, at least two (a row block of 4 rows at k = 4096 would run
+ * every other tile with one row). */
+ALWAYS_INLINE int64_t gemm_rows(int64_t k, int f, bool v) {
+    if (v) {
+        int64_t rb = GEMM_PANEL_BYTES / (int64_t)gemm_row_bytes(k / QK, f, v);
+        rb -= rb % VNNI_NT;
+        return rb < 2 * VNNI_NT ? 2 * VNNI_NT : rb > 21 * VNNI_NT ? 21 * VNNI_NT : rb;
+    }
+    const int64_t rb = GEMM_PANEL_BYTES / (int64_t)gemm_row_bytes(k / QK, f, v);
     return rb < 4 ? 4 : rb > 64 ? 64 : rb;
 }
-ALWAYS_INLINE size_t gemm_scratch(int64_t k, int f) {
-    return (size_t)gemm_rows(k, f) * (gemm_row_bytes(k / QK, f) + GEMM_STATE);
+ALWAYS_INLINE size_t gemm_scratch(int64_t k, int f, bool v) {
+    return (size_t)gemm_rows(k, f, v) * (gemm_row_bytes(k / QK, f, v) + GEMM_STATE);
 }
 
 /* Row w (nb blocks) decoded into dst. */
-ALWAYS_INLINE void gemm_dec_row(const uint8_t *w, int64_t nb, char *dst, int f) {
-    const size_t bs = f_bsz(f), dq = f_dq(f);
+ALWAYS_INLINE void gemm_dec_row(const uint8_t *w, int64_t nb, char *dst, int f, bool v) {
+    const size_t bs = f_bsz(f), dq = f_dq(f, v);
     float *d = (float *)(dst + (size_t)nb * dq), *m = d + nb;
+    if (f == FMT_Q8_0 && v) { /* w + 128 as unsigned bytes */
+        const __m128i flip = _mm_set1_epi8((char)0x80);
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *p = w + (size_t)b * bs;
+            char *q = dst + (size_t)b * dq;
+            _mm_storeu_si128((__m128i *)q, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(p + 2)), flip));
+            _mm_storeu_si128((__m128i *)(q + 16), _mm_xor_si128(_mm_loadu_si128((const __m128i *)(p + 18)), flip));
+            uint16_t h;
+            memcpy(&h, p, 2);
+            d[b] = *LUT(h);
+        }
+        return;
+    }
     if (f == FMT_Q8_0) {
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *p = w + (size_t)b * bs;
@@ -531,7 +604,7 @@ ALWAYS_INLINE void gemm_int(const char *const *q, int nt, const char *xb, int f,
         _Pragma("GCC unroll 16") for (int p = 0; p < 16; p++) {
             const __m256i a0 = _mm256_loadu_si256((const __m256i *)(xb + 32 * p));
             const __m256i a1 = _mm256_loadu_si256((const __m256i *)(xb + 512 + 32 * p));
-            _Pragma("GCC unroll 4") for (int r = 0; r < nt; r++) {
+            UNROLL_NT for (int r = 0; r < nt; r++) {
                 const __m256i w = bcast32(q[r] + 4 * p);
                 const __m256i m0 = _mm256_madd_epi16(w, a0), m1 = _mm256_madd_epi16(w, a1);
                 i[r][0] = p ? _mm256_add_epi32(i[r][0], m0) : m0;
@@ -546,7 +619,7 @@ ALWAYS_INLINE void gemm_int(const char *const *q, int nt, const char *xb, int f,
     _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) {
         const __m256i a0 = _mm256_loadu_si256((const __m256i *)(xb + 32 * t));
         const __m256i a1 = _mm256_loadu_si256((const __m256i *)(xb + 256 + 32 * t));
-        _Pragma("GCC unroll 4") for (int r = 0; r < nt; r++) {
+        UNROLL_NT for (int r = 0; r < nt; r++) {
             const __m256i w = bcast32(q[r] + 4 * t);
             const __m256i m0 = _mm256_maddubs_epi16(w, a0), m1 = _mm256_maddubs_epi16(w, a1);
             if (t % per == 0) {
@@ -577,12 +650,12 @@ ALWAYS_INLINE void gemm_int(const char *const *q, int nt, const char *xb, int f,
  * float steps. */
 ALWAYS_INLINE void gemm_blk(const char *const *row, int nt, int64_t nb, int64_t b, const char *xb, int f,
                             __m256 acc[GEMM_NT][2]) {
-    const size_t dq = f_dq(f), od = f == FMT_Q8_0 ? GA8_OFF_D : GA_OFF_D;
+    const size_t dq = f_dq(f, false), od = f == FMT_Q8_0 ? GA8_OFF_D : GA_OFF_D;
     const char *q[GEMM_NT];
-    _Pragma("GCC unroll 4") for (int r = 0; r < nt; r++) q[r] = row[r] + (size_t)b * dq;
+    UNROLL_NT for (int r = 0; r < nt; r++) q[r] = row[r] + (size_t)b * dq;
     __m256i i[GEMM_NT][2];
     gemm_int(q, nt, xb, f, i);
-    _Pragma("GCC unroll 4") for (int r = 0; r < nt; r++) {
+    UNROLL_NT for (int r = 0; r < nt; r++) {
         const float *d = (const float *)(row[r] + (size_t)nb * dq);
         const __m256 dw = _mm256_broadcast_ss(d + b);
         _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
@@ -601,7 +674,7 @@ ALWAYS_INLINE void gemm_blk(const char *const *row, int nt, int64_t nb, int64_t 
  * load and store them per block (in L1). */
 ALWAYS_INLINE void gemm_tile(const char *const *row, int nt, int64_t nb, int64_t b0, int64_t b1, const char *xg, int f,
                              float *st) {
-    const size_t ga = f_ga(f);
+    const size_t ga = f_ga(f, false);
     if (nt == 1) {
         __m256 acc[4][GEMM_NT][2];
         _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++)
@@ -620,13 +693,98 @@ ALWAYS_INLINE void gemm_tile(const char *const *row, int nt, int64_t nb, int64_t
     for (int64_t b = b0; b < b1; b++) {
         const int j = (int)(b & 3);
         __m256 acc[GEMM_NT][2];
-        _Pragma("GCC unroll 4") for (int r = 0; r < nt; r++) _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++)
+        UNROLL_NT for (int r = 0; r < nt; r++) _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++)
             acc[r][o] = _mm256_loadu_ps(st + 64 * r + 8 * (4 * o + j));
         gemm_blk(row, nt, nb, b, xg + (size_t)b * ga, f, acc);
-        _Pragma("GCC unroll 4") for (int r = 0; r < nt; r++) _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++)
+        UNROLL_NT for (int r = 0; r < nt; r++) _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++)
             _mm256_storeu_ps(st + 64 * r + 8 * (4 * o + j), acc[r][o]);
     }
 }
+
+/* ---- GEMM with AVX-VNNI ---------------------------------------------------
+ * The same prep layout as the Q4 / Q5 one above, for all five formats, but
+ * x = -2^sh * (the sum of the column's 32 quants) as one int32 per column
+ * (sh = f_vsh: Q4_0 3, Q5_0 4, Q8_0 7) for the offset formats. Decoded rows
+ * hold unsigned bytes (Q8_0: w + 128). Per k-slice t, one vpdpbusd per (row,
+ * octet) of the weights' dword broadcast (unsigned) against the 8 columns'
+ * activation dwords (signed) accumulates into int32, starting from x: I =
+ * sum (w + off) a - off * sum a exactly (|partial sums| <= 32 * 255 * 127 +
+ * 128 * 32 * 127 < 2^31, no saturation anywhere). Then the float steps of
+ * gemm_blk. Blocks are taken chain by chain (j = b mod 4: blocks j, j + 4,
+ * ... of the k-chunk, increasing), so each (row, octet) accumulator acc_j
+ * stays in a register over the chunk; each chain sees its blocks in the
+ * same order as before, which is all the float order asks. */
+#define VNNI_INLINE static inline __attribute__((always_inline, target("avxvnni")))
+typedef void (*vnni_tile_fn)(const char *const *row, int nt, int64_t nb, int64_t b0, int64_t b1, const char *xg,
+                             float *st);
+
+VNNI_INLINE void vnni_blk(const char *const *row, int nt, int64_t nb, int64_t b, const char *xb, int f,
+                          __m256 acc[VNNI_NT][2]) {
+    const char *q[VNNI_NT];
+    UNROLL_NT for (int r = 0; r < nt; r++) q[r] = row[r] + (size_t)b * 32;
+    __m256i i[VNNI_NT][2];
+    _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) {
+        const __m256i a0 = _mm256_loadu_si256((const __m256i *)(xb + 32 * t));
+        const __m256i a1 = _mm256_loadu_si256((const __m256i *)(xb + 256 + 32 * t));
+        UNROLL_NT for (int r = 0; r < nt; r++) {
+            const __m256i w = bcast32(q[r] + 4 * t);
+            if (t == 0) {
+                if (f_vsh(f)) {
+                    i[r][0] = _mm256_loadu_si256((const __m256i *)(xb + GA_OFF_X));
+                    i[r][1] = _mm256_loadu_si256((const __m256i *)(xb + GA_OFF_X + 32));
+                } else {
+                    i[r][0] = i[r][1] = _mm256_setzero_si256();
+                }
+            }
+            i[r][0] = _mm256_dpbusd_avx_epi32(i[r][0], w, a0);
+            i[r][1] = _mm256_dpbusd_avx_epi32(i[r][1], w, a1);
+        }
+    }
+    UNROLL_NT for (int r = 0; r < nt; r++) {
+        const float *d = (const float *)(row[r] + (size_t)nb * 32);
+        const __m256 dw = _mm256_broadcast_ss(d + b);
+        _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
+            acc[r][o] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[r][o]),
+                                        _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xb + GA_OFF_D + 32 * o))),
+                                        acc[r][o]);
+            if (f_min(f))
+                acc[r][o] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + nb + b),
+                                            _mm256_loadu_ps((const float *)(xb + GA_OFF_X + 32 * o)), acc[r][o]);
+        }
+    }
+}
+
+/* Blocks b0..b1-1 (b0 a multiple of 4) of a tile of nt rows, chain by
+ * chain; st as in gemm_tile. */
+VNNI_INLINE void vnni_tile(const char *const *row, int nt, int64_t nb, int64_t b0, int64_t b1, const char *xg, int f,
+                           float *st) {
+    for (int j = 0; j < 4 && b0 + j < b1; j++) {
+        __m256 acc[VNNI_NT][2];
+        UNROLL_NT for (int r = 0; r < nt; r++) _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++)
+            acc[r][o] = _mm256_loadu_ps(st + 64 * r + 8 * (4 * o + j));
+        for (int64_t b = b0 + j; b < b1; b += 4) vnni_blk(row, nt, nb, b, xg + (size_t)b * GA_BYTES, f, acc);
+        UNROLL_NT for (int r = 0; r < nt; r++) _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++)
+            _mm256_storeu_ps(st + 64 * r + 8 * (4 * o + j), acc[r][o]);
+    }
+}
+
+#define VNNI_TILE(name, F)                                                                                    \
+    __attribute__((target("avxvnni"))) static void tile_##name##_vnni(const char *const *row, int nt, int64_t nb, \
+                                                                      int64_t b0, int64_t b1, const char *xg,   \
+                                                                      float *st) {                              \
+        if (nt == 3)                                                                                            \
+            vnni_tile(row, 3, nb, b0, b1, xg, F, st);                                                           \
+        else if (nt == 2)                                                                                       \
+            vnni_tile(row, 2, nb, b0, b1, xg, F, st);                                                           \
+        else                                                                                                    \
+            vnni_tile(row, 1, nb, b0, b1, xg, F, st);                                                           \
+    }
+_Static_assert(VNNI_NT == 3, "tile_*_vnni instantiate 3, 2 and 1 rows");
+VNNI_TILE(q4_0, FMT_Q4_0)
+VNNI_TILE(q4_1, FMT_Q4_1)
+VNNI_TILE(q5_0, FMT_Q5_0)
+VNNI_TILE(q5_1, FMT_Q5_1)
+VNNI_TILE(q8_0, FMT_Q8_0)
 
 /* Bytes of one prep group; 0 for a bad k or on overflow. */
 ALWAYS_INLINE size_t gemm_group_bytes(int64_t k, size_t ga) {
@@ -665,10 +823,10 @@ ALWAYS_INLINE void transpose8(__m256 r[8]) {
  * per octet the eight columns' [lo dwords | hi dwords] of the block,
  * transposed (k-slice t = elements 4t..4t+3 in dword c); Q8_0 weights: each
  * slice's byte pairs sign-extended (pairs 2t, 2t+1); then d and x. */
-ALWAYS_INLINE void gemm_prep(int64_t k, const void *xa, size_t st, int ncols, void *xg, int f) {
+ALWAYS_INLINE void gemm_prep(int64_t k, const void *xa, size_t st, int ncols, void *xg, int f, bool v) {
     const int64_t nb = k / QK;
-    const int sh = f_sh(f);
-    const size_t ga = f_ga(f);
+    const int sh = v ? f_vsh(f) : f_sh(f);
+    const size_t ga = f_ga(f, v);
     for (int64_t b = 0; b < nb; b++) {
         const size_t j = (size_t)(b % LEGACY_GROUP);
         const char *src = (const char *)xa + (size_t)(b / LEGACY_GROUP) * LEGACY_GROUP_BYTES;
@@ -683,7 +841,7 @@ ALWAYS_INLINE void gemm_prep(int64_t k, const void *xa, size_t st, int ncols, vo
                                          : _mm256_setzero_ps();
             }
             transpose8(r);
-            if (f == FMT_Q8_0) {
+            if (f == FMT_Q8_0 && !v) {
                 /* per lane: [bytes 0..1 of its 4 dwords | bytes 2..3], then
                  * the qwords regrouped: low half = pair 2t of columns 0..7 */
                 const __m256i sel = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4,
@@ -700,7 +858,17 @@ ALWAYS_INLINE void gemm_prep(int64_t k, const void *xa, size_t st, int ncols, vo
             }
             _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) _mm256_storeu_ps(
                 (float *)(dst + 256 * o + 32 * t), r[t]);
-            if (sh) {
+            if (sh && v) {
+                /* int32 sums of each column's 32 quants (maddubs: int16
+                 * pairs, |.| <= 8 * 254), times -2^sh */
+                __m256i s = _mm256_setzero_si256();
+                const __m256i one8 = _mm256_set1_epi8(1);
+                _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) s =
+                    _mm256_add_epi16(s, _mm256_maddubs_epi16(one8, _mm256_castps_si256(r[t])));
+                s = _mm256_madd_epi16(s, _mm256_set1_epi16(1));
+                _mm256_storeu_si256((__m256i *)(dst + GA_OFF_X + 32 * o),
+                                    _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s, sh)));
+            } else if (sh) {
                 /* int16 pair sums of each dword over the 8 k-slices (|.| <= 16 * 127) */
                 __m256i s = _mm256_setzero_si256();
                 const __m256i one8 = _mm256_set1_epi8(1);
@@ -718,7 +886,7 @@ ALWAYS_INLINE void gemm_prep(int64_t k, const void *xa, size_t st, int ncols, vo
             memcpy(&d[c], a + LEGACY_OFF_DEXP + 16 * j, sizeof(float));
             if (f_min(f)) memcpy(&x[c], a + LEGACY_OFF_NSUM + 16 * j, sizeof(float)); /* sexp */
         }
-        memcpy(dst + (f == FMT_Q8_0 ? GA8_OFF_D : GA_OFF_D), d, sizeof(d));
+        memcpy(dst + (f == FMT_Q8_0 && !v ? GA8_OFF_D : GA_OFF_D), d, sizeof(d));
         if (f_min(f)) memcpy(dst + GA_OFF_X, x, sizeof(x));
     }
 }
@@ -726,10 +894,11 @@ ALWAYS_INLINE void gemm_prep(int64_t k, const void *xa, size_t st, int ncols, vo
 /* Loop order: row blocks (decoded once) > column groups > k-chunks > row
  * tiles > blocks. */
 ALWAYS_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y,
-                            int64_t ldy, void *scratch, int f) {
+                            int64_t ldy, void *scratch, int f, vnni_tile_fn vtile) {
     TERN_CHECK(legacy_fp16_lut[0x3c00] == 1.0f);
-    const int64_t k = a->k, nb = k / QK, rb = gemm_rows(k, f), kc = f_kc(f), nt = f_nt(f);
-    const size_t rs = gemm_row_bytes(nb, f);
+    const bool v = vtile != NULL;
+    const int64_t k = a->k, nb = k / QK, rb = gemm_rows(k, f, v), kc = f_kc(f, v), nt = f_nt(f, v);
+    const size_t rs = gemm_row_bytes(nb, f, v);
     char *dec = scratch;
     float *state = (float *)(dec + (size_t)rb * rs);
     const int64_t sf = GEMM_STATE / sizeof(float);
@@ -741,7 +910,7 @@ ALWAYS_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row
     for (int64_t r0 = 0; r0 < nrows; r0 += rb) {
         const int64_t nr = nrows - r0 < rb ? nrows - r0 : rb;
         for (int64_t r = 0; r < nr; r++)
-            gemm_dec_row((const uint8_t *)w + (size_t)(r0 + r) * row_bytes, nb, dec + (size_t)r * rs, f);
+            gemm_dec_row((const uint8_t *)w + (size_t)(r0 + r) * row_bytes, nb, dec + (size_t)r * rs, f, v);
         const int64_t rn = nrows - (r0 + nr) < rb ? nrows - (r0 + nr) : rb;
         const char *pf = (const char *)w + (size_t)(r0 + nr) * row_bytes, *pf_end = pf + (size_t)rn * row_bytes;
         for (int64_t c0 = 0; c0 < a->n; c0 += KERN_GEMM_GROUP) {
@@ -755,7 +924,9 @@ ALWAYS_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row
                     const int64_t n = nr - r >= nt ? nt : nr - r >= 2 ? 2 : 1; /* tiles of nt, 2 or 1 rows */
                     const char *rows[GEMM_NT];
                     _Pragma("GCC unroll 4") for (int i = 0; i < GEMM_NT; i++) rows[i] = dec + (size_t)(r + (i < n ? i : 0)) * rs;
-                    if (n == nt)
+                    if (v)
+                        vtile(rows, (int)n, nb, b0, b1, xg, state + r * sf);
+                    else if (n == nt)
                         gemm_tile(rows, (int)nt, nb, b0, b1, xg, f, state + r * sf);
                     else if (n == 2)
                         gemm_tile(rows, 2, nb, b0, b1, xg, f, state + r * sf);
@@ -776,24 +947,31 @@ ALWAYS_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row
     }
 }
 
-#define GEMM_FMT(name, F, gsize)                                                                             \
+/* One kern_gemm_t per format: plain (vtile NULL) or AVX-VNNI (vtile =
+ * the format's VNNI tile; v = true for the layout helpers). */
+#define GEMM_FMT(name, F, gsize, v, vtile)                                                                   \
     static size_t scratch_##name(int64_t k) {                                                                \
-        return gemm_scratch(k, F);                                                                           \
+        return gemm_scratch(k, F, v);                                                                        \
     }                                                                                                        \
     static void prep_##name(int64_t k, const void *xa, size_t st, int ncols, void *xg) {                    \
-        gemm_prep(k, xa, st, ncols, xg, F);                                                                  \
+        gemm_prep(k, xa, st, ncols, xg, F, v);                                                               \
     }                                                                                                        \
     static void run_##name(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y, \
                            int64_t ldy, void *scratch) {                                                     \
-        gemm_run(a, w, row_bytes, nrows, y, ldy, scratch, F);                                                \
+        gemm_run(a, w, row_bytes, nrows, y, ldy, scratch, F, vtile);                                         \
     }                                                                                                        \
     static const kern_gemm_t gemm_##name = {gsize, prep_##name, scratch_##name, run_##name};
 
-GEMM_FMT(q4_0, FMT_Q4_0, gemm_group_size)
-GEMM_FMT(q4_1, FMT_Q4_1, gemm_group_size)
-GEMM_FMT(q5_0, FMT_Q5_0, gemm_group_size)
-GEMM_FMT(q5_1, FMT_Q5_1, gemm_group_size)
-GEMM_FMT(q8_0, FMT_Q8_0, gemm_group_size8)
+GEMM_FMT(q4_0, FMT_Q4_0, gemm_group_size, false, NULL)
+GEMM_FMT(q4_1, FMT_Q4_1, gemm_group_size, false, NULL)
+GEMM_FMT(q5_0, FMT_Q5_0, gemm_group_size, false, NULL)
+GEMM_FMT(q5_1, FMT_Q5_1, gemm_group_size, false, NULL)
+GEMM_FMT(q8_0, FMT_Q8_0, gemm_group_size8, false, NULL)
+GEMM_FMT(q4_0_vnni, FMT_Q4_0, gemm_group_size, true, tile_q4_0_vnni)
+GEMM_FMT(q4_1_vnni, FMT_Q4_1, gemm_group_size, true, tile_q4_1_vnni)
+GEMM_FMT(q5_0_vnni, FMT_Q5_0, gemm_group_size, true, tile_q5_0_vnni)
+GEMM_FMT(q5_1_vnni, FMT_Q5_1, gemm_group_size, true, tile_q5_1_vnni)
+GEMM_FMT(q8_0_vnni, FMT_Q8_0, gemm_group_size, true, tile_q8_0_vnni)
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
@@ -801,92 +979,100 @@ GEMM_FMT(q8_0, FMT_Q8_0, gemm_group_size8)
 
 /* ---- activation quantizers ------------------------------------------------ */
 
-/* roundf (half away from zero) of each lane, exactly: truncate, then step
- * away from zero when the dropped fraction is at least one half. NaN -> 0. */
-ALWAYS_INLINE __m256 round_away(__m256 p) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    const __m256 t = _mm256_round_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(p, t));
-    const __m256 step = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(sign, p));
-    const __m256 r = _mm256_add_ps(t, _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ), step));
-    return _mm256_and_ps(r, _mm256_cmp_ps(p, p, _CMP_ORD_Q));
+/* round_q8(v) of each lane of v = x * id (legacy_ref.c's scalar: roundf,
+ * half away from zero, clamped to [-127, 127], NaN -> 0), exactly:
+ * trunc(v + copysign(0.49999997f, v)) equals roundf(v) for every float (the
+ * largest float below one half never carries a fraction below one half up
+ * to the next integer, and an exact half lands on it; legacy_avx512.c's
+ * round_q8x16, checked over all 2^32 patterns). The empty asm keeps the
+ * product a rounded float: GCC (-ffp-contract=fast) could otherwise fuse
+ * the multiply into the add. */
+ALWAYS_INLINE __m256i round_q8x8(__m256 x, __m256 id) {
+    __m256 v = _mm256_mul_ps(x, id);
+    __asm__("" : "+x"(v));
+    const __m256 half = _mm256_or_ps(_mm256_and_ps(v, _mm256_set1_ps(-0.0f)), _mm256_set1_ps(0x1.fffffep-2f));
+    __m256 r = _mm256_round_ps(_mm256_add_ps(v, half), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    r = _mm256_and_ps(r, _mm256_cmp_ps(v, v, _CMP_ORD_Q));
+    r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-127.0f)), _mm256_set1_ps(127.0f));
+    return _mm256_cvttps_epi32(r);
 }
 
-/* One block of 32 floats to 32 int8 quants, as the reference: d = amax/127,
- * q = roundf(x * (1/d)) clamped to +-127. Returns the float d; *sum gets the
- * sum of the quants. */
-ALWAYS_INLINE float q8_block(const float *x, __m256i *qs, fp16_t *dout, int *sum) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 v[4], amax = _mm256_setzero_ps();
-    for (int j = 0; j < 4; j++) {
-        v[j] = _mm256_loadu_ps(x + 8 * j);
-        /* max_ps returns its second operand when either is NaN: NaNs are skipped, as in the scalar loop. */
-        amax = _mm256_max_ps(_mm256_andnot_ps(sign, v[j]), amax);
+/* One group of the act layout (legacy.h) from the n (1..4) blocks at x,
+ * the bytes legacy_act_pack_group writes for the blocks quant_quantize_row
+ * makes: d = amax / 127 (NaNs skipped: max_ps returns its second operand,
+ * NaN-free, when either is NaN), q = round_q8(x * (1 / d)) (0 for d = 0), d
+ * rounded to fp16 by vcvtps2ph (round to nearest even, as f32_to_fp16,
+ * NaN and infinity included) and read back exactly; Q8_1's s =
+ * fp16((float)sum(q) * d) with the float d; nsum from the quants; the
+ * missing blocks zero. The four blocks' scales are computed together (one
+ * division for d, one for 1 / d). Every field is written once, by vector
+ * stores into the row (a group built on the stack and copied out stalled
+ * on store forwarding). */
+ALWAYS_INLINE void act_group(const float *x, int n, char *g, bool q81) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), z = _mm256_setzero_ps();
+    __m256 m[4];
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+        m[j] = z;
+        if (j < n)
+            _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) m[j] =
+                _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + 32 * j + 8 * v)), m[j]);
     }
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    const float d = _mm_cvtss_f32(m) / 127.0f;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
-    *dout = f32_to_fp16(d);
-    const __m256 vid = _mm256_set1_ps(id), lim = _mm256_set1_ps(127.0f);
-    __m256i q[4];
-    for (int j = 0; j < 4; j++) {
-        __m256 r = round_away(_mm256_mul_ps(v[j], vid));
-        r = _mm256_min_ps(_mm256_max_ps(r, _mm256_sub_ps(_mm256_setzero_ps(), lim)), lim);
-        q[j] = _mm256_cvttps_epi32(r);
+    /* amax of block j in lane j (NaN-free from here on: max is exact in any
+     * order) */
+    const __m256 m01 = _mm256_max_ps(_mm256_unpacklo_ps(m[0], m[1]), _mm256_unpackhi_ps(m[0], m[1]));
+    const __m256 m23 = _mm256_max_ps(_mm256_unpacklo_ps(m[2], m[3]), _mm256_unpackhi_ps(m[2], m[3]));
+    const __m256 m4 = _mm256_max_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(_mm256_castps_pd(m01), _mm256_castps_pd(m23))),
+                                    _mm256_castpd_ps(_mm256_unpackhi_pd(_mm256_castps_pd(m01), _mm256_castps_pd(m23))));
+    const __m128 amax = _mm_max_ps(_mm256_castps256_ps128(m4), _mm256_extractf128_ps(m4, 1));
+    const __m128 d = _mm_div_ps(amax, _mm_set1_ps(127.0f));
+    const __m128 id = _mm_and_ps(_mm_div_ps(_mm_set1_ps(1.0f), d), _mm_cmp_ps(d, _mm_setzero_ps(), _CMP_NEQ_UQ));
+    const __m256 dh = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT)));
+    _mm256_storeu_ps((float *)(g + LEGACY_OFF_DEXP), _mm256_permutevar8x32_ps(dh, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)));
+    _mm256_storeu_ps((float *)(g + LEGACY_OFF_DEXP + 32),
+                     _mm256_permutevar8x32_ps(dh, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3)));
+    __m128i part[4];
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+        __m128i lo = _mm_setzero_si128(), hi = lo;
+        part[j] = lo;
+        if (j < n) {
+            const __m256 idj = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(id), _mm256_set1_epi32(j));
+            __m256i q[4];
+            _Pragma("GCC unroll 4") for (int v = 0; v < 4; v++) q[v] = round_q8x8(_mm256_loadu_ps(x + 32 * j + 8 * v), idj);
+            /* packs work per 128-bit lane: fix the dword order afterwards */
+            const __m256i qs = _mm256_permutevar8x32_epi32(
+                _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])),
+                _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            lo = _mm256_castsi256_si128(qs);
+            hi = _mm256_extracti128_si256(qs, 1);
+            /* lane m: the sum of quants 4m..4m+3 and 16+4m..16+4m+3 */
+            const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), qs), _mm256_set1_epi16(1));
+            part[j] = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+        }
+        _mm_storeu_si128((__m128i *)(g + LEGACY_OFF_LO + 16 * j), lo);
+        _mm_storeu_si128((__m128i *)(g + LEGACY_OFF_HI + 16 * j), hi);
+        if (!q81) _mm_storeu_si128((__m128i *)(g + LEGACY_OFF_NSUM + 16 * j), _mm_sub_epi32(_mm_setzero_si128(), part[j]));
     }
-    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
-    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-    *sum = _mm_cvtsi128_si32(s4);
-    /* packs work per 128-bit lane: fix the dword order afterwards. */
-    const __m256i p16a = _mm256_packs_epi32(q[0], q[1]), p16b = _mm256_packs_epi32(q[2], q[3]);
-    *qs = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    return d;
+    if (q81) {
+        /* sum(q) of block j in lane j; s_j in lane 4j of sexp, zeros elsewhere */
+        const __m128i sum = _mm_hadd_epi32(_mm_hadd_epi32(part[0], part[1]), _mm_hadd_epi32(part[2], part[3]));
+        const __m128 sv = _mm_cvtph_ps(_mm_cvtps_ph(_mm_mul_ps(_mm_cvtepi32_ps(sum), d), _MM_FROUND_TO_NEAREST_INT));
+        const __m256 s8 = _mm256_castps128_ps256(sv);
+        const __m256 keep = _mm256_castsi256_ps(_mm256_setr_epi32(-1, 0, 0, 0, -1, 0, 0, 0));
+        _mm256_storeu_ps((float *)(g + LEGACY_OFF_NSUM),
+                         _mm256_and_ps(_mm256_permutevar8x32_ps(s8, _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1)), keep));
+        _mm256_storeu_ps((float *)(g + LEGACY_OFF_NSUM + 32),
+                         _mm256_and_ps(_mm256_permutevar8x32_ps(s8, _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3)), keep));
+    }
 }
 
-/* Blocks as quant_quantize_row makes them, written straight into the act
- * layout of legacy.h (the bytes legacy_act_pack_group writes: dexp and
- * sexp through the exact fp16 table, nsum from the quants; a partial last
- * group's missing blocks zero). Every field is written once, by vector
- * stores into the row itself (a group built on the stack and copied out
- * stalled on store forwarding). */
 ALWAYS_INLINE void act_row(const float *x, void *xa, int64_t k, bool q81) {
     TERN_CHECK(k % QK == 0);
-    TERN_CHECK(legacy_fp16_lut[0x3c00] == 1.0f); /* legacy_lut_init ran */
     const int64_t nb = k / QK;
     char *out = xa;
-    for (int64_t i = 0; i < nb; i += LEGACY_GROUP, out += LEGACY_GROUP_BYTES) {
-        const int n = nb - i < LEGACY_GROUP ? (int)(nb - i) : LEGACY_GROUP;
-        for (int j = 0; j < LEGACY_GROUP; j++) {
-            __m128i lo = _mm_setzero_si128(), hi = lo, x4 = lo;
-            __m128 d4 = _mm_setzero_ps();
-            if (j < n) {
-                __m256i qs;
-                fp16_t dh;
-                int sum;
-                const float d = q8_block(x + (i + j) * QK, &qs, &dh, &sum);
-                lo = _mm256_castsi256_si128(qs);
-                hi = _mm256_extracti128_si256(qs, 1);
-                d4 = _mm_set1_ps(*LUT(dh));
-                if (q81) {
-                    x4 = _mm_castps_si128(_mm_set_ss(*LUT(f32_to_fp16((float)sum * d)))); /* s in lane 0 */
-                } else {
-                    /* lane m: minus the sum of quants 4m..4m+3 and 16+4m..16+4m+3 */
-                    const __m256i p =
-                        _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), qs), _mm256_set1_epi16(1));
-                    x4 = _mm_sub_epi32(_mm_setzero_si128(),
-                                       _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1)));
-                }
-            }
-            _mm_storeu_si128((__m128i *)(out + LEGACY_OFF_LO + 16 * j), lo);
-            _mm_storeu_si128((__m128i *)(out + LEGACY_OFF_HI + 16 * j), hi);
-            _mm_storeu_si128((__m128i *)(out + LEGACY_OFF_NSUM + 16 * j), x4);
-            _mm_storeu_ps((float *)(out + LEGACY_OFF_DEXP + 16 * j), d4);
-        }
-    }
+    for (int64_t i = 0; i + LEGACY_GROUP <= nb; i += LEGACY_GROUP, out += LEGACY_GROUP_BYTES)
+        act_group(x + i * QK, LEGACY_GROUP, out, q81);
+    const int rem = (int)(nb % LEGACY_GROUP);
+    if (rem) act_group(x + (nb - rem) * QK, rem, out, q81);
 }
 
 static void act_q8_0_avx2(const float *x, void *xa, int64_t k) {
@@ -903,6 +1089,16 @@ void legacy_register_blocks_avx2(kern_table_t t) {
     t[TYPE_Q5_0][ISA_AVX2] = (kern_ops_t){dot_q5_0_avx2, act_q8_0_avx2, &gemm_q5_0};
     t[TYPE_Q5_1][ISA_AVX2] = (kern_ops_t){dot_q5_1_avx2, act_q8_1_avx2, &gemm_q5_1};
     t[TYPE_Q8_0][ISA_AVX2] = (kern_ops_t){dot_q8_0_avx2, act_q8_0_avx2, &gemm_q8_0};
+    /* The AVX-VNNI GEMMs compute exactly what the plain ones do (exact
+     * integer block sums, the same float steps), so the choice changes
+     * speed, not results. */
+    if (getenv("TERN_NO_AVXVNNI") == NULL && cpu_features()->avxvnni) {
+        t[TYPE_Q4_0][ISA_AVX2].gemm = &gemm_q4_0_vnni;
+        t[TYPE_Q4_1][ISA_AVX2].gemm = &gemm_q4_1_vnni;
+        t[TYPE_Q5_0][ISA_AVX2].gemm = &gemm_q5_0_vnni;
+        t[TYPE_Q5_1][ISA_AVX2].gemm = &gemm_q5_1_vnni;
+        t[TYPE_Q8_0][ISA_AVX2].gemm = &gemm_q8_0_vnni;
+    }
 }
 
 kern_rows_fn legacy_rows_avx2(kern_dot_fn dot) {
