@@ -11,7 +11,9 @@
  *    arithmetic is exact (so only integer work is compared); multi-column
  *    and multi-row (kquant_dot_rows) calls bit-identical to one-row,
  *    one-column calls; SIMD activation quantizers byte-identical to the
- *    scalar one.
+ *    scalar one;
+ *  - the AVX2 GEMMs, plain and AVX-VNNI: every (row, column) the bits of
+ *    the AVX2 dot, near the scalar oracle and the float64 value.
  */
 #include "testutil.h"
 
@@ -569,6 +571,117 @@ static void test_dot_rows_match_dot(void **state) {
     free_acts(&a);
 }
 
+/* ---- GEMM (kern_gemm_t): plain AVX2 and AVX-VNNI ------------------------- */
+
+/* A table entry's GEMM run as the driver runs it: prep per group of
+ * KERN_GEMM_GROUP columns (64-aligned group stride), then run over all rows
+ * with a 64-aligned scratch. y[c * nrows + r]. */
+static void run_gemm(const kern_gemm_t *g, int64_t k, const uint8_t *w, size_t row_bytes, int64_t nrows,
+                     const uint8_t *a, size_t ast, int64_t n, float *y) {
+    const int64_t ng = (n + KERN_GEMM_GROUP - 1) / KERN_GEMM_GROUP;
+    size_t gstride = 0;
+    void *xg = NULL, *scratch = NULL;
+    if (g->prep) {
+        const size_t gb = g->group_size(k);
+        assert_true(gb > 0);
+        gstride = (gb + 63) & ~(size_t)63;
+        xg = aligned_alloc(64, gstride * (size_t)ng);
+        assert_non_null(xg);
+        for (int64_t gi = 0; gi < ng; gi++) {
+            const int nc = n - gi * KERN_GEMM_GROUP < KERN_GEMM_GROUP ? (int)(n - gi * KERN_GEMM_GROUP) : KERN_GEMM_GROUP;
+            g->prep(k, a + (size_t)(gi * KERN_GEMM_GROUP) * ast, ast, nc, (char *)xg + (size_t)gi * gstride);
+        }
+    }
+    const size_t ss = g->scratch_size ? g->scratch_size(k) : 0;
+    if (ss) {
+        scratch = aligned_alloc(64, (ss + 63) & ~(size_t)63);
+        assert_non_null(scratch);
+    }
+    const kern_gemm_args_t args = {k, n, a, ast, xg, gstride};
+    g->run(&args, w, row_bytes, nrows, y, nrows, scratch);
+    free(xg);
+    free(scratch);
+}
+
+/* The AVX2 GEMMs of the K formats come in two builds, plain AVX2 and
+ * AVX-VNNI (kquant_avx2.c picks at registration; TERN_NO_AVXVNNI turns the
+ * latter off). Both form the same exact integers per super-block and take
+ * the same float steps, so each must give, for every (row, column), the bits
+ * of the AVX2 dot (so of each other), within the dot tolerance of the
+ * float64 value and of the scalar oracle. Shapes: rows around the 3-row
+ * panels and the row blocks, k-chunks, partial column groups and halves
+ * (the VNNI layout permutes the 8 columns of a half), column blocks (the
+ * last shape: 3 groups of 16, 2 to a block at this k). On a CPU without
+ * AVX-VNNI both tables hold the same GEMM (said so). */
+static void test_avx2_gemm_vnni_same(void **state) {
+    (void)state;
+#if defined(__x86_64__)
+    if (!isa_supported(ISA_AVX2)) return;
+    const bool vnni = cpu_features()->avxvnni && getenv("TERN_NO_AVXVNNI") == NULL;
+    if (!vnni) print_message("no AVX-VNNI here (or TERN_NO_AVXVNNI set): both tables hold the same GEMMs\n");
+    static kern_table_t plain;
+    const char *prev = getenv("TERN_NO_AVXVNNI");
+    setenv("TERN_NO_AVXVNNI", "1", 1);
+    kern_register_kquant(plain);
+    if (!prev) unsetenv("TERN_NO_AVXVNNI");
+    static const int64_t shapes[][3] = {{1, 1, 1},  {2, 1, 5},   {4, 3, 8},   {5, 5, 11},
+                                        {13, 17, 23}, {7, 4, 16}, {3, 2, 9}, {13, 64, 40}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int64_t nrows = shapes[si][0], k = QK_K * shapes[si][1], n = shapes[si][2];
+        acts_t a = make_acts(k, (int)n, 1.0f);
+        float *wd = malloc(sizeof(float) * (size_t)k);
+        float *yv = malloc(sizeof(float) * (size_t)(nrows * n)), *yp = malloc(sizeof(float) * (size_t)(nrows * n));
+        assert_non_null(wd);
+        assert_non_null(yv);
+        assert_non_null(yp);
+        for (int t = 0; t < 3; t++) {
+            const int type = k_types[t];
+            const kern_gemm_t *gv = g_tab[type][ISA_AVX2].gemm, *gp = plain[type][ISA_AVX2].gemm;
+            assert_non_null(gv);
+            assert_non_null(gp);
+            assert_true((gv != gp) == vnni);
+            const size_t rb = quant_row_size(type, k) + 2; /* rows at a wider stride, 2 bytes off alignment */
+            uint8_t *wmem = malloc(rb * (size_t)nrows + 2), *w = wmem + 2;
+            assert_non_null(wmem);
+            for (int64_t r = 0; r < nrows; r++) {
+                float *x = gauss(k, 0.05f);
+                assert_int_equal(quant_quantize_row(type, x, w + (size_t)r * rb, k), 0);
+                free(x);
+            }
+            run_gemm(gv, k, w, rb, nrows, a.xa, a.stride, n, yv);
+            run_gemm(gp, k, w, rb, nrows, a.xa, a.stride, n, yp);
+            for (int64_t r = 0; r < nrows; r++) {
+                const uint8_t *wr = w + (size_t)r * rb;
+                assert_int_equal(quant_dequantize_row(type, wr, wd, k), 0);
+                for (int64_t c = 0; c < n; c++) {
+                    const uint8_t *xc = a.xa + (size_t)c * a.stride;
+                    float d = NAN, sref = NAN;
+                    g_tab[type][ISA_AVX2].dot(k, wr, xc, a.stride, 1, &d);
+                    g_tab[type][ISA_SCALAR].dot(k, wr, xc, a.stride, 1, &sref);
+                    const float gotv = yv[c * nrows + r], gotp = yp[c * nrows + r];
+                    double mag;
+                    const double ref = dot64(wd, a.xd + c * k, k, &mag);
+                    const double tol = 2e-6 * mag * (1 + sqrt((double)(k / QK_K))) + 1e-30;
+                    if (memcmp(&gotv, &d, sizeof d) != 0 || memcmp(&gotp, &d, sizeof d) != 0 ||
+                        !(fabs(gotv - ref) <= tol) || !(fabs(gotv - sref) <= tol))
+                        fail_msg("%s %lldx%lld n=%lld row %lld col %lld: vnni gemm %.9g, plain gemm %.9g, dot %.9g, "
+                                 "scalar %.9g, float64 %.17g (tol %.3g)",
+                                 quant_name(type), (long long)nrows, (long long)k, (long long)n, (long long)r,
+                                 (long long)c, gotv, gotp, d, sref, ref, tol);
+                }
+            }
+            free(wmem);
+        }
+        free(wd);
+        free(yv);
+        free(yp);
+        free_acts(&a);
+    }
+#else
+    print_message("not x86-64: AVX-VNNI comparison not run\n");
+#endif
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dequant_q4_K_fixed),
@@ -582,6 +695,7 @@ int main(void) {
         cmocka_unit_test(test_dots_sizes),
         cmocka_unit_test(test_dots_large_k),
         cmocka_unit_test(test_dot_rows_match_dot),
+        cmocka_unit_test(test_avx2_gemm_vnni_same),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -4,7 +4,9 @@
  * GEMM of their own (kern_gemm_t) used for 5 or more columns, and the AVX2
  * Q8_K activation quantizer (compiled with -mavx2 -mfma -mf16c; only AVX2,
  * FMA and F16C instructions, so it runs on Haswell / Zen 2; only reached
- * through the kernel table when the CPU has them).
+ * through the kernel table when the CPU has them), plus AVX-VNNI builds of
+ * the GEMMs (functions with target "avxvnni", registered only where the CPU
+ * has it: see the last section below).
  *
  * ---- The float order (shared by every function below, bit for bit) -------
  *
@@ -109,12 +111,56 @@
  * Q4_K, but -4% for Q6_K, even at 64); decoding in dec's order; other
  * GA_KC / row-block sizes; 2 x 16 panels (-15%: the compiler reloads the
  * activations per row) and 4..6 x 16 (spills).
+ *
+ * ---- AVX-VNNI GEMMs (gv_*, function target "avxvnni") ---------------------
+ *
+ * Registered for ISA_AVX2 in place of the GEMMs above where the CPU has
+ * AVX-VNNI (Alder Lake and later client cores, Sapphire Rapids;
+ * cpu_features()->avxvnni) and TERN_NO_AVXVNNI is unset. The same decode,
+ * driver and float steps; only the integer work of the micro-kernel
+ * changes, and T_b, M_b are the same exact integers, so the results are the
+ * plain GEMM's bits. vpdpbusd (u8 x s8, 4 products into an int32) replaces
+ * maddubs + the int16 adds; vpdpwssd (madd + add) applies the scale pairs.
+ * The scale still has to be applied to int16 sums (vpmulld is 2 uops on
+ * the same two ports as dpbusd), so a sub-block's int32 sums are split in
+ * two halves that fit int16 and packed:
+ * Q4_K / Q5_K (gv_kernel, own prep gv_prep_affine): vector 2m + g of a
+ * half and super-block = qword m (8 k-bytes) of columns 4g..4g+3, so
+ * dpbusd with the row's weight qword broadcast gives per column two sums
+ * (its dwords 2l, 2l + 1: the 4-byte halves of the qwords); over a run of
+ * Q4_K 4 qwords (the sub-block: 16 products each, 16 * 15 * 128 < 2^15),
+ * Q5_K 2 (8 * 31 * 128 < 2^15), packs_epi32 of the two column groups puts
+ * each column's two sums into one dword, the columns in lane order gv_perm
+ * (0 1 4 5 2 3 6 7; the S pairs and da are prepped in that order, the
+ * output transposes store lane d to column gv_perm[d]), then T = dpwssd(T,
+ * that, scale pair): per row, 8 columns and super-block Q4_K 64 dpbusd +
+ * 8 packs + 8 dpwssd (+ 4 for M + 6 float) against 148 operations, now
+ * bound by the two ports that take dpbusd / dpwssd / float (82 of them;
+ * measured ~95% of that bound, at the clock that the plain kernel's 98%
+ * implies). The halves of a group go one after the other
+ * (3 rows x 8 columns: 6 sums, 3 T, 2 activation vectors in registers).
+ * Q6_K (gv_kernel_q6): the plain layout and runs (2 k-slices), with T =
+ * dpwssd(T, run sum, scale pair) for madd + add: its int16 bound allows no
+ * more than 4 products per sum, and dpbusd over a sub-block + vpmulld
+ * would use those two ports as often (64 + 2 * 16 per row, 8 columns and
+ * super-block).
+ * Measured (/tmp harness as above, act + prep + run, alternating plain and
+ * VNNI in one process, 1024 x 4096, one thread): Q4_K n = 16 +14-22%,
+ * n = 64 +19-24% (~195 -> ~235 GFLOP/s); Q5_K +15-23%, +22-26%; Q6_K
+ * +11-15%, +18-20%; `tern bench kernels` gemm64 / matvec (Q4_K, Q5_K,
+ * Q6_K) ~3.8x, ~4.3x, ~4.7x -> ~4.8x, ~5.4x, ~5.5x. Tried, all
+ * within noise: 4-row panels, GA_KC 2..16, row blocks of 64 KB..512 KB.
+ * Q4_K at n = 64 (perf): ~84% of the time in the micro-kernel, ~11% in
+ * run's decode and output, the rest act fn and prep. The matvec (dot /
+ * rows) functions are memory-bound and have no VNNI variant.
  */
 #include "common.h"
+#include "cpu.h"
 #include "kquant.h"
 
 #include <immintrin.h>
 #include <stddef.h>
+#include <stdlib.h>
 
 #define KQ_INLINE static inline __attribute__((always_inline))
 #define KQ_PRAGMA(x) _Pragma(#x)
@@ -404,8 +450,12 @@ KQ_INLINE void q6k_kernel(int64_t nb, const void *const *wr, const int nr, const
 #ifndef GA_R
 #define GA_R 3 /* rows per micro-kernel panel */
 #endif
+#ifndef GA_MC_MAX
 #define GA_MC_MAX 64
+#endif
+#ifndef GA_MC_BYTES
 #define GA_MC_BYTES (256 * 1024)
+#endif
 #ifndef GA_KC
 #define GA_KC 4 /* super-blocks per k-chunk: 4 x 2 halves x 2.2 KB of a group's activations (L1) */
 #endif
@@ -744,6 +794,211 @@ GA_KERNELS(0, q4)
 GA_KERNELS(1, q5)
 GA_KERNELS(2, q6)
 
+/* ---- AVX-VNNI GEMM kernels (target "avxvnni") ------------------------------------ */
+
+#define GV_FN static inline __attribute__((always_inline, target("avxvnni")))
+#define GV_DEF __attribute__((target("avxvnni"))) static
+
+/* Q4_K / Q5_K layout (gv_prep_affine): as ga_prep's, but the 64 vectors of a
+ * half and super-block are vector 2m + g = qword m (bytes 8m..8m+7) of
+ * columns 4g..4g+3 (dwords 2l, 2l+1 = column 4g + l), and the S pairs and
+ * da are in lane order gv_perm: lane d holds column gv_perm[d], the column
+ * order that packs_epi32 of two such vectors' sums leaves (see gv_kernel). */
+static const int gv_perm[GA_LANES] = {0, 1, 4, 5, 2, 3, 6, 7};
+static const int ga_ident[GA_LANES] = {0, 1, 2, 3, 4, 5, 6, 7};
+
+static void gv_prep_affine(int64_t k, const void *xav, size_t st, int ncols, void *xgv) {
+    TERN_CHECK(k % QK_K == 0 && ncols >= 1 && ncols <= KERN_GEMM_GROUP);
+    const char *xa = xav;
+    const int64_t nb = k / QK_K;
+    const size_t sb = ga_act_sb(0), od = ga_act_d(0);
+    for (int hf = 0; hf < GA_HALVES; hf++) {
+        const int nc = ncols - GA_LANES * hf < GA_LANES ? ncols - GA_LANES * hf : GA_LANES;
+        if (nc <= 0) {
+            memset((uint8_t *)xgv + (size_t)hf * (size_t)nb * sb, 0, (size_t)nb * sb);
+            continue;
+        }
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *o = (uint8_t *)xgv + ((size_t)hf * (size_t)nb + (size_t)b) * sb;
+            const block_q8_K *a[GA_LANES];
+            for (int l = 0; l < GA_LANES; l++) a[l] = l < nc ? act_at(xa, st, GA_LANES * hf + l, b) : NULL;
+            /* 4 x 4 qword transposes: 32-byte chunk n of columns 4g..4g+3 -> qwords 4n..4n+3 */
+            for (int g = 0; g < 2; g++)
+                for (int n = 0; n < 8; n++) {
+                    __m256i v[4];
+                    for (int l = 0; l < 4; l++) v[l] = a[4 * g + l] ? loadu256(a[4 * g + l]->qs + 32 * n) : _mm256_setzero_si256();
+                    const __m256i t0 = _mm256_unpacklo_epi64(v[0], v[1]), t1 = _mm256_unpackhi_epi64(v[0], v[1]);
+                    const __m256i t2 = _mm256_unpacklo_epi64(v[2], v[3]), t3 = _mm256_unpackhi_epi64(v[2], v[3]);
+                    __m256i *out = (__m256i *)(o + 32 * (2 * 4 * n + g));
+                    _mm256_storeu_si256(out + 0, _mm256_permute2x128_si256(t0, t2, 0x20)); /* qword 4n */
+                    _mm256_storeu_si256(out + 2, _mm256_permute2x128_si256(t1, t3, 0x20)); /* 4n + 1 */
+                    _mm256_storeu_si256(out + 4, _mm256_permute2x128_si256(t0, t2, 0x31)); /* 4n + 2 */
+                    _mm256_storeu_si256(out + 6, _mm256_permute2x128_si256(t1, t3, 0x31)); /* 4n + 3 */
+                }
+            uint32_t P[4][GA_LANES];
+            float D[2 * GA_LANES];
+            for (int d = 0; d < GA_LANES; d++) {
+                const block_q8_K *ac = a[gv_perm[d]];
+                uint32_t s4[4] = {0, 0, 0, 0};
+                D[d] = D[GA_LANES + d] = 0.0f;
+                if (ac) {
+                    const __m128i h = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)ac->bsums),
+                                                     _mm_loadu_si128((const __m128i *)(ac->bsums + 8)));
+                    _mm_storeu_si128((__m128i *)s4, h);
+                    D[d] = ac->d;
+                }
+                for (int i = 0; i < 4; i++) P[i][d] = s4[i];
+            }
+            memcpy(o + GA_ACT_P, P, sizeof P);
+            memcpy(o + od, D, sizeof D);
+        }
+    }
+}
+
+KQ_INLINE __m256i bcast64(const void *p) {
+    int64_t v;
+    memcpy(&v, p, 8);
+    return _mm256_set1_epi64x(v);
+}
+
+/* Q4_K / Q5_K: GA_R rows x 8 columns (gv layout), the halves one after the
+ * other. Per run of RUN qwords of one sub-block (Q4_K 4 = the sub-block,
+ * Q5_K 2: the int16 bound, 16 * 15 * 128 and 8 * 31 * 128 < 2^15), per row
+ * and column group g: X = dpbusd of the row's weight qword broadcast with
+ * the activations, dword 2l / 2l + 1 of X: column 4g + l's sum over the
+ * run's first / second 4-byte halves of each qword; packs_epi32 of the two
+ * groups' X (exact: the bound) puts a column's two sums in one dword, lane
+ * d = column gv_perm[d]; T = dpwssd(T, that, scale pair). Then M by dpwssd
+ * of the mins pairs with the S vectors and the float chain, as ga_kernel. */
+GV_FN void gv_kernel(const ga_row_t *pw, const uint8_t *x, size_t xh, int64_t nb, float *st, size_t hs, int first,
+                     const int q5, const int nh) {
+    const int run = q5 ? 2 : 4;
+    const size_t sb = ga_act_sb(0), od = ga_act_d(0);
+    for (int h = 0; h < nh; h++) {
+        const uint8_t *xx = x + h * xh;
+        float *sh = st + h * hs;
+        __m256 acc[GA_R];
+#pragma GCC unroll 8
+        for (int r = 0; r < GA_R; r++) acc[r] = first ? _mm256_setzero_ps() : _mm256_load_ps(sh + GA_LANES * r);
+        for (int64_t b = 0; b < nb; b++, xx += sb) {
+            const ga_row_t *w[GA_R];
+#pragma GCC unroll 8
+            for (int r = 0; r < GA_R; r++) w[r] = ga_crow(pw, b * GA_R + r, 0);
+            __m256i T[GA_R];
+#ifndef GV_UNROLL
+#define GV_UNROLL 16
+#endif
+            KQ_UNROLL(GV_UNROLL)
+            for (int m0 = 0; m0 < 32; m0 += run) {
+                __m256i X[GA_R][2];
+#pragma GCC unroll 4
+                for (int m = m0; m < m0 + run; m++) {
+                    const __m256i a0 = loadu256(xx + 64 * m), a1 = loadu256(xx + 64 * m + 32);
+#pragma GCC unroll 8
+                    for (int r = 0; r < GA_R; r++) {
+                        const __m256i wq = bcast64(w[r]->w + 8 * m);
+                        const __m256i z0 = m == m0 ? _mm256_setzero_si256() : X[r][0];
+                        const __m256i z1 = m == m0 ? _mm256_setzero_si256() : X[r][1];
+                        X[r][0] = _mm256_dpbusd_avx_epi32(z0, wq, a0);
+                        X[r][1] = _mm256_dpbusd_avx_epi32(z1, wq, a1);
+                    }
+                }
+#pragma GCC unroll 8
+                for (int r = 0; r < GA_R; r++) {
+                    const __m256i p = _mm256_packs_epi32(X[r][0], X[r][1]);
+                    const __m256i sc = bcast32(&w[r]->sc[m0 / 4]);
+                    T[r] = m0 == 0 ? _mm256_madd_epi16(p, sc) : _mm256_dpwssd_avx_epi32(T[r], p, sc);
+                }
+            }
+            const __m256 DA = _mm256_loadu_ps((const float *)(xx + od));
+#pragma GCC unroll 8
+            for (int r = 0; r < GA_R; r++) {
+                __m256i m = _mm256_madd_epi16(loadu256(xx + GA_ACT_P), bcast32(&w[r]->mn[0]));
+#pragma GCC unroll 3
+                for (int i = 1; i < 4; i++) m = _mm256_dpwssd_avx_epi32(m, loadu256(xx + GA_ACT_P + 32 * i), bcast32(&w[r]->mn[i]));
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[r]), _mm256_mul_ps(DA, _mm256_set1_ps(w[r]->d)), acc[r]);
+                acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(DA, _mm256_set1_ps(w[r]->dmin)), acc[r]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < GA_R; r++) _mm256_store_ps(sh + GA_LANES * r, acc[r]);
+    }
+}
+
+/* Q6_K: ga_kernel's (the same layout and runs) with the scale step fused:
+ * T = dpwssd(T, run sum, scale pair) for T + madd. */
+GV_FN void gv_kernel_q6(const ga_row_t *pw, const uint8_t *x, size_t xh, int64_t nb, float *st, size_t hs, int first,
+                        const int nh) {
+    const size_t sb = ga_act_sb(1), od = ga_act_d(1);
+    __m256 acc[GA_HALVES][GA_R];
+#pragma GCC unroll 2
+    for (int h = 0; h < nh; h++)
+#pragma GCC unroll 8
+        for (int r = 0; r < GA_R; r++) acc[h][r] = first ? _mm256_setzero_ps() : _mm256_load_ps(st + h * hs + GA_LANES * r);
+    for (int64_t b = 0; b < nb; b++, x += sb) {
+        const ga_row_t *w[GA_R];
+#pragma GCC unroll 8
+        for (int r = 0; r < GA_R; r++) w[r] = ga_crow(pw, b * GA_R + r, 1);
+        __m256i T[GA_HALVES][GA_R];
+#pragma GCC unroll 2
+        for (int h = 0; h < nh; h++)
+#pragma GCC unroll 8
+            for (int r = 0; r < GA_R; r++) T[h][r] = _mm256_set1_epi32(w[r]->negc);
+        KQ_UNROLL(GA_UNROLL)
+        for (int i0 = 0; i0 < 64; i0 += 2) {
+            const int j = i0 / 4;
+            __m256i s16[GA_HALVES][GA_R];
+#pragma GCC unroll 2
+            for (int i = i0; i < i0 + 2; i++) {
+                __m256i a[GA_HALVES];
+#pragma GCC unroll 2
+                for (int h = 0; h < nh; h++) a[h] = loadu256(x + h * xh + 32 * i);
+#pragma GCC unroll 8
+                for (int r = 0; r < GA_R; r++) {
+                    const __m256i wb = bcast32(w[r]->w + 4 * i);
+#pragma GCC unroll 2
+                    for (int h = 0; h < nh; h++) {
+                        const __m256i p = _mm256_maddubs_epi16(a[h], wb);
+                        s16[h][r] = i == i0 ? p : _mm256_add_epi16(s16[h][r], p);
+                    }
+                }
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < GA_R; r++) {
+                const __m256i sc = bcast32(ga_sc(w[r], j));
+#pragma GCC unroll 2
+                for (int h = 0; h < nh; h++) T[h][r] = _mm256_dpwssd_avx_epi32(T[h][r], s16[h][r], sc);
+            }
+        }
+#pragma GCC unroll 2
+        for (int h = 0; h < nh; h++) {
+            const __m256 DA = _mm256_loadu_ps((const float *)(x + h * xh + od));
+#pragma GCC unroll 8
+            for (int r = 0; r < GA_R; r++)
+                acc[h][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[h][r]), _mm256_mul_ps(DA, _mm256_set1_ps(w[r]->d)), acc[h][r]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < nh; h++)
+#pragma GCC unroll 8
+        for (int r = 0; r < GA_R; r++) _mm256_store_ps(st + h * hs + GA_LANES * r, acc[h][r]);
+}
+
+#define GV_KERNELS(name, call)                                                                                      \
+    GV_DEF void gv_kernel_##name##_1(const ga_row_t *pw, const uint8_t *x, size_t xh, int64_t nb, float *st,       \
+                                     size_t hs, int first) {                                                       \
+        const int nh = 1;                                                                                          \
+        call;                                                                                                      \
+    }                                                                                                              \
+    GV_DEF void gv_kernel_##name##_2(const ga_row_t *pw, const uint8_t *x, size_t xh, int64_t nb, float *st,       \
+                                     size_t hs, int first) {                                                       \
+        const int nh = 2;                                                                                          \
+        call;                                                                                                      \
+    }
+GV_KERNELS(q4, gv_kernel(pw, x, xh, nb, st, hs, first, 0, nh))
+GV_KERNELS(q5, gv_kernel(pw, x, xh, nb, st, hs, first, 1, nh))
+GV_KERNELS(q6, gv_kernel_q6(pw, x, xh, nb, st, hs, first, nh))
+
 /* 8 x 8 floats: v[i] = row i -> v[c] = column c. */
 KQ_INLINE void ga_transpose8(__m256 v[8]) {
     __m256 t[8], u[8];
@@ -766,7 +1021,7 @@ KQ_INLINE void ga_transpose8(__m256 v[8]) {
  * of a group at once); the float chains wait in scratch between chunks,
  * [group][half][row][8 columns], and go out by 8 x 8 transposes. */
 KQ_INLINE void ga_run(const kern_gemm_args_t *a, const void *wv, size_t row_bytes, int64_t nrows, float *y,
-                      int64_t ldy, void *scratch, const int fmt) {
+                      int64_t ldy, void *scratch, const int fmt, const int vnni) {
     TERN_CHECK(a->k % QK_K == 0 && a->xg != NULL && scratch != NULL);
     const int64_t nb = a->k / QK_K, ngroups = (a->n + KERN_GEMM_GROUP - 1) / KERN_GEMM_GROUP;
     const int64_t mc_max = ga_mc(nb), gmax = ga_gmax(nb);
@@ -804,13 +1059,19 @@ KQ_INLINE void ga_run(const kern_gemm_args_t *a, const void *wv, size_t row_byte
                         const ga_row_t *pw = ga_crow(dec, (p * nb + k0) * GA_R, fmt == 2);
                         float *s = st + (size_t)g * GA_HALVES * hs + (size_t)p * GA_R * GA_LANES;
                         const int first = k0 == 0;
-                        if (fmt == 2) (nh == 2 ? ga_kernel_q6_2 : ga_kernel_q6_1)(pw, xg, xh, kc, s, hs, first);
+                        if (vnni) {
+                            if (fmt == 2) (nh == 2 ? gv_kernel_q6_2 : gv_kernel_q6_1)(pw, xg, xh, kc, s, hs, first);
+                            else if (fmt == 1) (nh == 2 ? gv_kernel_q5_2 : gv_kernel_q5_1)(pw, xg, xh, kc, s, hs, first);
+                            else (nh == 2 ? gv_kernel_q4_2 : gv_kernel_q4_1)(pw, xg, xh, kc, s, hs, first);
+                        } else if (fmt == 2) (nh == 2 ? ga_kernel_q6_2 : ga_kernel_q6_1)(pw, xg, xh, kc, s, hs, first);
                         else if (fmt == 1) (nh == 2 ? ga_kernel_q5_2 : ga_kernel_q5_1)(pw, xg, xh, kc, s, hs, first);
                         else (nh == 2 ? ga_kernel_q4_2 : ga_kernel_q4_1)(pw, xg, xh, kc, s, hs, first);
                     }
                 }
             }
-            /* out: rows of 8 columns -> columns of y, 8 x 8 at a time */
+            /* out: rows of 8 columns -> columns of y, 8 x 8 at a time (lane d:
+             * column perm[d]) */
+            const int *perm = vnni && fmt != 2 ? gv_perm : ga_ident;
             for (int64_t g = 0; g < gn; g++) {
                 for (int hf = 0; hf < GA_HALVES; hf++) {
                     const int64_t c0 = (g0 + g) * KERN_GEMM_GROUP + hf * GA_LANES;
@@ -824,10 +1085,12 @@ KQ_INLINE void ga_run(const kern_gemm_args_t *a, const void *wv, size_t row_byte
 #pragma GCC unroll 8
                         for (int i = 0; i < 8; i++) v[i] = _mm256_load_ps(out + (r + i) * GA_LANES);
                         ga_transpose8(v);
-                        for (int c = 0; c < nc; c++) _mm256_storeu_ps(yb + c * ldy + r, v[c]);
+                        for (int d = 0; d < GA_LANES; d++)
+                            if (perm[d] < nc) _mm256_storeu_ps(yb + perm[d] * ldy + r, v[d]);
                     }
                     for (; r < mc; r++)
-                        for (int c = 0; c < nc; c++) yb[c * ldy + r] = out[r * GA_LANES + c];
+                        for (int d = 0; d < GA_LANES; d++)
+                            if (perm[d] < nc) yb[perm[d] * ldy + r] = out[r * GA_LANES + d];
                 }
             }
         }
@@ -836,15 +1099,27 @@ KQ_INLINE void ga_run(const kern_gemm_args_t *a, const void *wv, size_t row_byte
 
 static void ga_run_q4k(const kern_gemm_args_t *a, const void *w, size_t rb, int64_t nr, float *y, int64_t ldy,
                        void *s) {
-    ga_run(a, w, rb, nr, y, ldy, s, 0);
+    ga_run(a, w, rb, nr, y, ldy, s, 0, 0);
+}
+static void gv_run_q4k(const kern_gemm_args_t *a, const void *w, size_t rb, int64_t nr, float *y, int64_t ldy,
+                       void *s) {
+    ga_run(a, w, rb, nr, y, ldy, s, 0, 1);
 }
 static void ga_run_q5k(const kern_gemm_args_t *a, const void *w, size_t rb, int64_t nr, float *y, int64_t ldy,
                        void *s) {
-    ga_run(a, w, rb, nr, y, ldy, s, 1);
+    ga_run(a, w, rb, nr, y, ldy, s, 1, 0);
+}
+static void gv_run_q5k(const kern_gemm_args_t *a, const void *w, size_t rb, int64_t nr, float *y, int64_t ldy,
+                       void *s) {
+    ga_run(a, w, rb, nr, y, ldy, s, 1, 1);
 }
 static void ga_run_q6k(const kern_gemm_args_t *a, const void *w, size_t rb, int64_t nr, float *y, int64_t ldy,
                        void *s) {
-    ga_run(a, w, rb, nr, y, ldy, s, 2);
+    ga_run(a, w, rb, nr, y, ldy, s, 2, 0);
+}
+static void gv_run_q6k(const kern_gemm_args_t *a, const void *w, size_t rb, int64_t nr, float *y, int64_t ldy,
+                       void *s) {
+    ga_run(a, w, rb, nr, y, ldy, s, 2, 1);
 }
 
 /* One prep for Q4_K and Q5_K (matrices sharing an input and a prep share
@@ -852,6 +1127,11 @@ static void ga_run_q6k(const kern_gemm_args_t *a, const void *w, size_t rb, int6
 static const kern_gemm_t g_gemm_q4k = {ga_group_size_affine, ga_prep_affine, ga_scratch_size, ga_run_q4k};
 static const kern_gemm_t g_gemm_q5k = {ga_group_size_affine, ga_prep_affine, ga_scratch_size, ga_run_q5k};
 static const kern_gemm_t g_gemm_q6k = {ga_group_size_q6, ga_prep_q6, ga_scratch_size, ga_run_q6k};
+/* AVX-VNNI: Q4_K / Q5_K with their own prep layout (gv_prep_affine), Q6_K
+ * with ga_prep_q6's. */
+static const kern_gemm_t g_gemm_q4k_vnni = {ga_group_size_affine, gv_prep_affine, ga_scratch_size, gv_run_q4k};
+static const kern_gemm_t g_gemm_q5k_vnni = {ga_group_size_affine, gv_prep_affine, ga_scratch_size, gv_run_q5k};
+static const kern_gemm_t g_gemm_q6k_vnni = {ga_group_size_q6, ga_prep_q6, ga_scratch_size, gv_run_q6k};
 
 /* ---- Q8_K activations ----------------------------------------------------------- */
 
@@ -938,6 +1218,13 @@ void kquant_register_avx2(kern_table_t t) {
     t[TYPE_Q4_K][ISA_AVX2] = (kern_ops_t){dot_q4_K_avx2, act_q8_K_avx2, &g_gemm_q4k};
     t[TYPE_Q5_K][ISA_AVX2] = (kern_ops_t){dot_q5_K_avx2, act_q8_K_avx2, &g_gemm_q5k};
     t[TYPE_Q6_K][ISA_AVX2] = (kern_ops_t){dot_q6_K_avx2, act_q8_K_avx2, &g_gemm_q6k};
+    /* The AVX-VNNI GEMMs form the same exact integers T_b, M_b and take the
+     * same float steps: the choice changes speed, not results. */
+    if (getenv("TERN_NO_AVXVNNI") == NULL && cpu_features()->avxvnni) {
+        t[TYPE_Q4_K][ISA_AVX2].gemm = &g_gemm_q4k_vnni;
+        t[TYPE_Q5_K][ISA_AVX2].gemm = &g_gemm_q5k_vnni;
+        t[TYPE_Q6_K][ISA_AVX2].gemm = &g_gemm_q6k_vnni;
+    }
 }
 
 kquant_dot_rows_fn kquant_rows_avx2(int type) {
