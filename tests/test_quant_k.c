@@ -573,36 +573,6 @@ static void test_dot_rows_match_dot(void **state) {
 
 /* ---- GEMM (kern_gemm_t): plain AVX2 and AVX-VNNI ------------------------- */
 
-/* A table entry's GEMM run as the driver runs it: prep per group of
- * KERN_GEMM_GROUP columns (64-aligned group stride), then run over all rows
- * with a 64-aligned scratch. y[c * nrows + r]. */
-static void run_gemm(const kern_gemm_t *g, int64_t k, const uint8_t *w, size_t row_bytes, int64_t nrows,
-                     const uint8_t *a, size_t ast, int64_t n, float *y) {
-    const int64_t ng = (n + KERN_GEMM_GROUP - 1) / KERN_GEMM_GROUP;
-    size_t gstride = 0;
-    void *xg = NULL, *scratch = NULL;
-    if (g->prep) {
-        const size_t gb = g->group_size(k);
-        assert_true(gb > 0);
-        gstride = (gb + 63) & ~(size_t)63;
-        xg = aligned_alloc(64, gstride * (size_t)ng);
-        assert_non_null(xg);
-        for (int64_t gi = 0; gi < ng; gi++) {
-            const int nc = n - gi * KERN_GEMM_GROUP < KERN_GEMM_GROUP ? (int)(n - gi * KERN_GEMM_GROUP) : KERN_GEMM_GROUP;
-            g->prep(k, a + (size_t)(gi * KERN_GEMM_GROUP) * ast, ast, nc, (char *)xg + (size_t)gi * gstride);
-        }
-    }
-    const size_t ss = g->scratch_size ? g->scratch_size(k) : 0;
-    if (ss) {
-        scratch = aligned_alloc(64, (ss + 63) & ~(size_t)63);
-        assert_non_null(scratch);
-    }
-    const kern_gemm_args_t args = {k, n, a, ast, xg, gstride};
-    g->run(&args, w, row_bytes, nrows, y, nrows, scratch);
-    free(xg);
-    free(scratch);
-}
-
 /* The AVX2 GEMMs of the K formats come in two builds, plain AVX2 and
  * AVX-VNNI (kquant_avx2.c picks at registration; TERN_NO_AVXVNNI turns the
  * latter off). Both form the same exact integers per super-block and take
@@ -648,8 +618,8 @@ static void test_avx2_gemm_vnni_same(void **state) {
                 assert_int_equal(quant_quantize_row(type, x, w + (size_t)r * rb, k), 0);
                 free(x);
             }
-            run_gemm(gv, k, w, rb, nrows, a.xa, a.stride, n, yv);
-            run_gemm(gp, k, w, rb, nrows, a.xa, a.stride, n, yp);
+            tu_run_gemm(gv, k, w, rb, nrows, a.xa, a.stride, n, yv);
+            tu_run_gemm(gp, k, w, rb, nrows, a.xa, a.stride, n, yp);
             for (int64_t r = 0; r < nrows; r++) {
                 const uint8_t *wr = w + (size_t)r * rb;
                 assert_int_equal(quant_dequantize_row(type, wr, wd, k), 0);
