@@ -590,10 +590,7 @@ static void test_avx2_gemm_vnni_same(void **state) {
     const bool vnni = cpu_features()->avxvnni && getenv("TERN_NO_AVXVNNI") == NULL;
     if (!vnni) print_message("no AVX-VNNI here (or TERN_NO_AVXVNNI set): both tables hold the same GEMMs\n");
     static kern_table_t plain;
-    const char *prev = getenv("TERN_NO_AVXVNNI");
-    setenv("TERN_NO_AVXVNNI", "1", 1);
-    kern_register_kquant(plain);
-    if (!prev) unsetenv("TERN_NO_AVXVNNI");
+    tu_register_with_env("TERN_NO_AVXVNNI", "1", kern_register_kquant, plain);
     static const int64_t shapes[][3] = {{1, 1, 1},  {2, 1, 5},   {4, 3, 8},   {5, 5, 11},
                                         {13, 17, 23}, {7, 4, 16}, {3, 2, 9}, {13, 64, 40}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {

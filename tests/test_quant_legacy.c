@@ -832,10 +832,7 @@ static void test_avx2_gemm_vnni_same(void **state) {
     const bool vnni = cpu_features()->avxvnni && getenv("TERN_NO_AVXVNNI") == NULL;
     if (!vnni) print_message("no AVX-VNNI here (or TERN_NO_AVXVNNI set): both tables hold the same GEMMs\n");
     static kern_table_t plain;
-    const char *prev = getenv("TERN_NO_AVXVNNI");
-    setenv("TERN_NO_AVXVNNI", "1", 1);
-    kern_register_legacy(plain);
-    if (!prev) unsetenv("TERN_NO_AVXVNNI");
+    tu_register_with_env("TERN_NO_AVXVNNI", "1", kern_register_legacy, plain);
     uint64_t seed = 7117;
     const int block_types[] = {TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_Q8_0};
     const int64_t shapes[][3] = {{1, 32, 5}, {5, 32 * 5, 16}, {13, 32 * 37, 17}, {7, 4096, 40}, {4, 32 * 6, 33}};
