@@ -124,13 +124,23 @@ ALWAYS_INLINE __m512i ld_win(const uint8_t *w, size_t off, size_t valid) {
 }
 
 /* Byte masks of the fifth bits of four Q5 blocks (qh at p, stride bsz):
- * bit 16j+m of *lo = bit m of block j's qh, of *hi = bit 16+m. */
+ * bit 16j+m of *lo = bit m of block j's qh, of *hi = bit 16+m. Each half
+ * is its own 16-bit load, shifted once into place: a 32-bit load per block
+ * split by shifts and masks took twice the scalar operations, and the Q5
+ * rows kernels ran 2-6% slower in cache (docs/PERF.md). */
 ALWAYS_INLINE void qh_masks(const uint8_t *p, size_t bsz, int nblk, __mmask64 *lo, __mmask64 *hi) {
-    uint16_t h[8] = {0};
-    for (int j = 0; j < 4; j++)
-        if (j < nblk) memcpy(&h[2 * j], p + (size_t)j * bsz, 4);
-    *lo = (__mmask64)((uint64_t)h[0] | (uint64_t)h[2] << 16 | (uint64_t)h[4] << 32 | (uint64_t)h[6] << 48);
-    *hi = (__mmask64)((uint64_t)h[1] | (uint64_t)h[3] << 16 | (uint64_t)h[5] << 32 | (uint64_t)h[7] << 48);
+    uint64_t l = 0, h = 0;
+    _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
+        uint16_t a = 0, b = 0;
+        if (j < nblk) {
+            memcpy(&a, p + (size_t)j * bsz, 2);
+            memcpy(&b, p + (size_t)j * bsz + 2, 2);
+        }
+        l |= (uint64_t)a << (16 * j);
+        h |= (uint64_t)b << (16 * j);
+    }
+    *lo = (__mmask64)l;
+    *hi = (__mmask64)h;
 }
 
 /* One group of four weight blocks. */
