@@ -124,6 +124,12 @@
  * or runs slower takes fewer of them, few enough that the cursor RMW per
  * chunk stays negligible. */
 #define POOL_CHUNKS_PER_THREAD 4
+/* The job's last n_threads chunks are each cut into this many: when the
+ * threads run out of work at different moments (one was descheduled, or
+ * shares its core with another tenant), the others wait for at most a
+ * small chunk. Only at the end, since every chunk costs a kernel a fresh
+ * start of its read streams (docs/PERF.md). */
+#define POOL_TAIL_SPLIT 4
 
 /* Defaults; the measurements behind them are in docs/perf/pool.md. The gate
  * is in bytes of work (sum of n_rows * cost): below it, waking the other
@@ -138,6 +144,11 @@ typedef struct {
     int64_t chunk_rows;   /* multiple of the range's align */
     uint64_t chunk_begin; /* global index of this range's first chunk */
     uint64_t chunk_end;
+    /* The tail (the job's last range only): rows from tail_row on go in
+     * chunks of tail_rows, global indices tail_chunk..chunk_end-1; without
+     * one, tail_chunk = chunk_end. */
+    int64_t tail_row, tail_rows;
+    uint64_t tail_chunk;
 } pool_range_t;
 
 typedef struct {
@@ -256,8 +267,15 @@ static void pool_work(tern_pool_t *p, int worker) {
         if (c >= n) return;
         if (atomic_load_explicit(&p->job_err, memory_order_relaxed)) return;
         while (c >= rg[r].chunk_end) r++; /* cursor values only grow per thread */
-        int64_t b = (int64_t)(c - rg[r].chunk_begin) * rg[r].chunk_rows;
-        int64_t e = rg[r].n_rows - b > rg[r].chunk_rows ? b + rg[r].chunk_rows : rg[r].n_rows;
+        int64_t b, len;
+        if (c < rg[r].tail_chunk) {
+            b = (int64_t)(c - rg[r].chunk_begin) * rg[r].chunk_rows;
+            len = rg[r].chunk_rows;
+        } else {
+            b = rg[r].tail_row + (int64_t)(c - rg[r].tail_chunk) * rg[r].tail_rows;
+            len = rg[r].tail_rows;
+        }
+        int64_t e = rg[r].n_rows - b > len ? b + len : rg[r].n_rows;
         int rc = rg[r].fn(rg[r].ctx, b, e, worker);
         if (rc) {
             int zero = 0;
@@ -590,7 +608,8 @@ static uint64_t total_cost(const tern_range_t *r, int n, bool *unknown) {
 }
 
 /* Cut the ranges into chunks of about total / (threads * CHUNKS_PER_THREAD)
- * work each, rounded up to each range's alignment. Fills the job slot;
+ * work each, rounded up to each range's alignment, the job's tail finer
+ * (POOL_TAIL_SPLIT). Fills the job slot;
  * called only while the slot is the caller's. */
 static int plan_job(tern_pool_t *p, const tern_range_t *r, int n, bool unknown, uint64_t total,
                     tern_error_t *err) {
@@ -618,15 +637,34 @@ static int plan_job(tern_pool_t *p, const tern_range_t *r, int n, bool unknown, 
         else if (rows % align) rows += align - rows % align;
         if (rows > (uint64_t)r[i].n_rows && r[i].n_rows > 0) rows = (uint64_t)r[i].n_rows;
         if (rows == 0) rows = 1;
-        uint64_t chunks = ((uint64_t)r[i].n_rows + rows - 1) / rows;
+        const uint64_t n_rows = (uint64_t)r[i].n_rows;
+        uint64_t chunks = (n_rows + rows - 1) / rows;
+        /* The tail: the last range's final n_threads * rows rows (or all of
+         * it, if shorter), in chunks of rows / POOL_TAIL_SPLIT rounded down
+         * to align; the rows before it stay in whole chunks of rows. */
+        uint64_t big = chunks, tail_row = n_rows, small = rows, tail_chunks = 0;
+        uint64_t cut = rows / POOL_TAIL_SPLIT / align * align;
+        if (i == n - 1 && p->n_threads > 1 && cut >= 1 && cut < rows) {
+            uint64_t span;
+            if (tern_mul_overflow_u64((uint64_t)p->n_threads, rows, &span)) span = UINT64_MAX;
+            big = n_rows > span ? (n_rows - span) / rows : 0;
+            tail_row = big * rows;
+            small = cut;
+            tail_chunks = (n_rows - tail_row + small - 1) / small;
+            chunks = big + tail_chunks;
+        }
         d->fn = r[i].fn;
         d->ctx = r[i].ctx;
         d->n_rows = r[i].n_rows;
         d->chunk_rows = (int64_t)rows;
+        d->tail_row = (int64_t)tail_row;
+        d->tail_rows = (int64_t)small;
         d->chunk_begin = next;
+        d->tail_chunk = next + big;
         if (tern_add_overflow_u64(next, chunks, &next))
             return tern_err(err, TERN_EINVAL, "pool: job too large (chunk count overflows)");
         d->chunk_end = next;
+        if (tail_chunks == 0) d->tail_chunk = next;
     }
     /* Each thread overshoots the cursor by at most one claim: keep it far
      * from wrapping. */

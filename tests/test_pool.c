@@ -566,6 +566,76 @@ static void test_scratch_and_balance(void **state) {
     wd_stop();
 }
 
+/* ---- the job's tail in smaller chunks ------------------------------------ */
+
+typedef struct {
+    _Atomic int n;
+    int64_t b[64], e[64];
+} chunk_log_t;
+
+static int log_job(void *vctx, int64_t b, int64_t e, int worker) {
+    (void)worker;
+    chunk_log_t *c = vctx;
+    int i = atomic_fetch_add(&c->n, 1);
+    if (i < 64) c->b[i] = b, c->e[i] = e;
+    return 0;
+}
+
+/* The chunks of one run, sorted by first row, into sizes[] (returns the
+ * count; fails the test on a gap, an overlap or more than 64 chunks). */
+static int chunk_sizes(tern_pool_t *p, const tern_range_t *r, int n_ranges, chunk_log_t *log, int64_t *sizes) {
+    tern_error_t err = {0};
+    atomic_store(&log->n, 0);
+    assert_int_equal(tern_pool_run(p, r, n_ranges, &err), 0);
+    const int n = atomic_load(&log->n);
+    assert_true(n <= 64);
+    for (int i = 1; i < n; i++) /* insertion sort by first row */
+        for (int j = i; j > 0 && log->b[j] < log->b[j - 1]; j--) {
+            int64_t tb = log->b[j], te = log->e[j];
+            log->b[j] = log->b[j - 1], log->e[j] = log->e[j - 1];
+            log->b[j - 1] = tb, log->e[j - 1] = te;
+        }
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(log->b[i], i ? log->e[i - 1] : 0);
+        sizes[i] = log->e[i] - log->b[i];
+    }
+    return n;
+}
+
+static void test_tail_chunks(void **state) {
+    (void)state;
+    tern_pool_t *p = make_pool(2, 0);
+    tern_pool_set_gate(p, 0);
+    chunk_log_t log;
+    int64_t sz[64];
+    /* 4096 rows, 2 threads: chunks of 4096 / 8 = 512 rows, the last two of
+     * them (one per thread) cut into 128-row chunks. */
+    tern_range_t r = {log_job, &log, 4096, 16, 100};
+    int n = chunk_sizes(p, &r, 1, &log, sz);
+    assert_int_equal(n, 6 + 8);
+    for (int i = 0; i < n; i++) assert_int_equal(sz[i], i < 6 ? 512 : 128);
+    /* A ragged end: 4000 rows -> chunks of 512 (500 rounded up to 16); the
+     * last 1024 + 928 % 512 = 1440 rows in chunks of 128, the final one 32. */
+    r.n_rows = 4000;
+    n = chunk_sizes(p, &r, 1, &log, sz);
+    assert_int_equal(n, 5 + 12);
+    for (int i = 0; i < n; i++) assert_int_equal(sz[i], i < 5 ? 512 : i < n - 1 ? 128 : 32);
+    /* Two ranges: only the job's last range (the end of the job) has a tail. */
+    chunk_log_t log2;
+    tern_range_t rr[2] = {{log_job, &log2, 4096, 16, 100}, {log_job, &log, 4096, 16, 100}};
+    atomic_store(&log2.n, 0);
+    n = chunk_sizes(p, rr, 2, &log, sz);
+    assert_int_equal(atomic_load(&log2.n), 4);
+    assert_int_equal(n, 2 + 8);
+    for (int i = 0; i < n; i++) assert_int_equal(sz[i], i < 2 ? 1024 : 256);
+    /* Chunks too small to cut at their alignment stay whole. */
+    r.n_rows = 64;
+    n = chunk_sizes(p, &r, 1, &log, sz);
+    assert_int_equal(n, 4);
+    for (int i = 0; i < n; i++) assert_int_equal(sz[i], 16);
+    tern_pool_free(p);
+}
+
 /* ---- dispatch counter and gate ------------------------------------------- */
 
 static void test_dispatch_count_and_gate(void **state) {
@@ -694,6 +764,7 @@ int main(void) {
         cmocka_unit_test(test_dispatch_count_and_gate),
         cmocka_unit_test(test_bit_identical),
         cmocka_unit_test(test_scratch_and_balance),
+        cmocka_unit_test(test_tail_chunks),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_two_callers),
         cmocka_unit_test(test_destroy_busy_and_many_pools),
