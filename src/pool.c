@@ -124,12 +124,20 @@
  * or runs slower takes fewer of them, few enough that the cursor RMW per
  * chunk stays negligible. */
 #define POOL_CHUNKS_PER_THREAD 4
-/* The job's last n_threads chunks are each cut into this many: when the
- * threads run out of work at different moments (one was descheduled, or
- * shares its core with another tenant), the others wait for at most a
- * small chunk. Only at the end, since every chunk costs a kernel a fresh
- * start of its read streams (docs/PERF.md). */
+/* ... but fewer (down to one per thread) where chunks would hold less work
+ * than this (bytes, as tern_range_t.cost counts them): every chunk costs a claim
+ * and, in a matvec, a fresh start of four read streams (about 0.6 us here),
+ * which in a small model's matrices (SmolLM2's 576 x 576 Q8_0 is 352 KB, 23
+ * us of streaming at 2 threads) cost 20% with eight chunks (docs/PERF.md). */
+#define POOL_MIN_CHUNK_WORK (256 * 1024)
+/* In a job with the full POOL_CHUNKS_PER_THREAD, the last n_threads chunks
+ * are each cut into this many: when the threads run out of work at
+ * different moments (one was descheduled, or shares its core with another
+ * tenant), the others wait for at most a small chunk. Only at the end,
+ * since every chunk has its cost (above) ... */
 #define POOL_TAIL_SPLIT 4
+/* ... and no tail chunk below this much work. */
+#define POOL_TAIL_MIN_WORK (128 * 1024)
 
 /* Defaults; the measurements behind them are in docs/perf/pool.md. The gate
  * is in bytes of work (sum of n_rows * cost): below it, waking the other
@@ -608,8 +616,9 @@ static uint64_t total_cost(const tern_range_t *r, int n, bool *unknown) {
 }
 
 /* Cut the ranges into chunks of about total / (threads * CHUNKS_PER_THREAD)
- * work each, rounded up to each range's alignment, the job's tail finer
- * (POOL_TAIL_SPLIT). Fills the job slot;
+ * work each (fewer, down to one per thread, where that would make them
+ * smaller than POOL_MIN_CHUNK_WORK), rounded up to each range's alignment,
+ * the job's tail finer (POOL_TAIL_SPLIT). Fills the job slot;
  * called only while the slot is the caller's. */
 static int plan_job(tern_pool_t *p, const tern_range_t *r, int n, bool unknown, uint64_t total,
                     tern_error_t *err) {
@@ -623,7 +632,12 @@ static int plan_job(tern_pool_t *p, const tern_range_t *r, int n, bool unknown, 
         p->ranges = nr;
         p->ranges_cap = cap;
     }
-    uint64_t target = total / ((uint64_t)p->n_threads * POOL_CHUNKS_PER_THREAD);
+    uint64_t per_thread = POOL_CHUNKS_PER_THREAD;
+    if (!unknown) {
+        const uint64_t fit = total / ((uint64_t)p->n_threads * POOL_MIN_CHUNK_WORK);
+        if (fit < per_thread) per_thread = fit < 1 ? 1 : fit;
+    }
+    uint64_t target = total / ((uint64_t)p->n_threads * per_thread);
     if (target == 0) target = 1;
     uint64_t next = 0;
     for (int i = 0; i < n; i++) {
@@ -640,11 +654,15 @@ static int plan_job(tern_pool_t *p, const tern_range_t *r, int n, bool unknown, 
         const uint64_t n_rows = (uint64_t)r[i].n_rows;
         uint64_t chunks = (n_rows + rows - 1) / rows;
         /* The tail: the last range's final n_threads * rows rows (or all of
-         * it, if shorter), in chunks of rows / POOL_TAIL_SPLIT rounded down
-         * to align; the rows before it stay in whole chunks of rows. */
+         * it, if shorter), in chunks of rows / POOL_TAIL_SPLIT (at least
+         * POOL_TAIL_MIN_WORK) rounded down to align; the rows before it stay
+         * in whole chunks of rows. */
         uint64_t big = chunks, tail_row = n_rows, small = rows, tail_chunks = 0;
-        uint64_t cut = rows / POOL_TAIL_SPLIT / align * align;
-        if (i == n - 1 && p->n_threads > 1 && cut >= 1 && cut < rows) {
+        uint64_t cut = rows / POOL_TAIL_SPLIT;
+        const uint64_t min_cut = (POOL_TAIL_MIN_WORK + cost - 1) / cost;
+        if (cut < min_cut) cut = min_cut;
+        cut = cut / align * align;
+        if (i == n - 1 && p->n_threads > 1 && per_thread == POOL_CHUNKS_PER_THREAD && cut >= 1 && cut < rows) {
             uint64_t span;
             if (tern_mul_overflow_u64((uint64_t)p->n_threads, rows, &span)) span = UINT64_MAX;
             big = n_rows > span ? (n_rows - span) / rows : 0;

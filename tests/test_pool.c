@@ -566,7 +566,7 @@ static void test_scratch_and_balance(void **state) {
     wd_stop();
 }
 
-/* ---- the job's tail in smaller chunks ------------------------------------ */
+/* ---- how a job is cut into chunks ---------------------------------------- */
 
 typedef struct {
     _Atomic int n;
@@ -602,15 +602,15 @@ static int chunk_sizes(tern_pool_t *p, const tern_range_t *r, int n_ranges, chun
     return n;
 }
 
-static void test_tail_chunks(void **state) {
+static void test_chunk_plan(void **state) {
     (void)state;
     tern_pool_t *p = make_pool(2, 0);
     tern_pool_set_gate(p, 0);
     chunk_log_t log;
     int64_t sz[64];
-    /* 4096 rows, 2 threads: chunks of 4096 / 8 = 512 rows, the last two of
-     * them (one per thread) cut into 128-row chunks. */
-    tern_range_t r = {log_job, &log, 4096, 16, 100};
+    /* 4096 rows of 1 KB, 2 threads: chunks of 4096 / 8 = 512 rows, the
+     * last two of them (one per thread) cut into 128-row chunks. */
+    tern_range_t r = {log_job, &log, 4096, 16, 1024};
     int n = chunk_sizes(p, &r, 1, &log, sz);
     assert_int_equal(n, 6 + 8);
     for (int i = 0; i < n; i++) assert_int_equal(sz[i], i < 6 ? 512 : 128);
@@ -622,14 +622,38 @@ static void test_tail_chunks(void **state) {
     for (int i = 0; i < n; i++) assert_int_equal(sz[i], i < 5 ? 512 : i < n - 1 ? 128 : 32);
     /* Two ranges: only the job's last range (the end of the job) has a tail. */
     chunk_log_t log2;
-    tern_range_t rr[2] = {{log_job, &log2, 4096, 16, 100}, {log_job, &log, 4096, 16, 100}};
+    tern_range_t rr[2] = {{log_job, &log2, 4096, 16, 1024}, {log_job, &log, 4096, 16, 1024}};
     atomic_store(&log2.n, 0);
     n = chunk_sizes(p, rr, 2, &log, sz);
     assert_int_equal(atomic_load(&log2.n), 4);
     assert_int_equal(n, 2 + 8);
     for (int i = 0; i < n; i++) assert_int_equal(sz[i], i < 2 ? 1024 : 256);
-    /* Chunks too small to cut at their alignment stay whole. */
+    /* Tail chunks of at least POOL_TAIL_MIN_WORK (128 KB): 4096 rows of 600
+     * bytes, chunks of 300 KB; the tail's 1024 rows go in chunks of 208
+     * (219 rows rounded down to 16) and the 192 left. */
+    r.n_rows = 4096;
+    r.cost = 600;
+    n = chunk_sizes(p, &r, 1, &log, sz);
+    assert_int_equal(n, 6 + 5);
+    for (int i = 0; i < n; i++) assert_int_equal(sz[i], i < 6 ? 512 : i < 10 ? 208 : 192);
+    /* Less work: fewer chunks per thread (each of at least
+     * POOL_MIN_CHUNK_WORK, 256 KB) and no tail. 1.2 MB: two per thread. */
+    r.cost = 300;
+    n = chunk_sizes(p, &r, 1, &log, sz);
+    assert_int_equal(n, 4);
+    for (int i = 0; i < n; i++) assert_int_equal(sz[i], 1024);
+    /* 400 KB, and 64 KB: one per thread. */
+    r.cost = 100;
+    n = chunk_sizes(p, &r, 1, &log, sz);
+    assert_int_equal(n, 2);
+    for (int i = 0; i < n; i++) assert_int_equal(sz[i], 2048);
     r.n_rows = 64;
+    r.cost = 1024;
+    n = chunk_sizes(p, &r, 1, &log, sz);
+    assert_int_equal(n, 2);
+    for (int i = 0; i < n; i++) assert_int_equal(sz[i], 32);
+    /* Unknown cost: four per thread, as many rows as the alignment allows. */
+    r.cost = 0;
     n = chunk_sizes(p, &r, 1, &log, sz);
     assert_int_equal(n, 4);
     for (int i = 0; i < n; i++) assert_int_equal(sz[i], 16);
@@ -764,7 +788,7 @@ int main(void) {
         cmocka_unit_test(test_dispatch_count_and_gate),
         cmocka_unit_test(test_bit_identical),
         cmocka_unit_test(test_scratch_and_balance),
-        cmocka_unit_test(test_tail_chunks),
+        cmocka_unit_test(test_chunk_plan),
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_two_callers),
         cmocka_unit_test(test_destroy_busy_and_many_pools),

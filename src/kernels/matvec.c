@@ -101,6 +101,11 @@ void kern_thread_release(void) {
 #define ROW_ALIGN 16
 /* Interleaved read streams per chunk in the matvec loop. */
 #define MV_STREAMS 4
+/* The kernels prefetch their weights about 4 KB ahead of where they read,
+ * so the first 4 KB of each stream would arrive one demand miss at a time:
+ * mv_rows prefetches them itself when a chunk starts (+5% on SmolLM2's
+ * 1536 x 576 Q8_0 matrices at 2 threads, +13% on 576 x 576; docs/PERF.md). */
+#define MV_PREFETCH_BYTES 4096
 /* From this many columns on, quantizing them is worth its own dispatch. */
 #define ACT_PARALLEL_MIN_COLS 16
 
@@ -127,6 +132,12 @@ typedef struct {
 
 static inline float *job_col(const mv_job_t *j, int64_t c) {
     return j->ycol[0] ? j->ycol[c] : j->y + c * j->ldy;
+}
+
+/* Prefetch the first MV_PREFETCH_BYTES of the bytes [p, p + n). */
+static inline void mv_prefetch_start(const char *p, size_t n) {
+    if (n > MV_PREFETCH_BYTES) n = MV_PREFETCH_BYTES;
+    for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + o, 0, 3);
 }
 
 /* One row through the dot fn, scattered to the columns' outputs. */
@@ -160,6 +171,8 @@ static int mv_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
         const int64_t len = r1 - r0;
         const int s_n = len >= (int64_t)MV_STREAMS * 4 ? MV_STREAMS : 1;
         const int64_t q = len / s_n;
+        for (int s = 0; s < s_n; s++)
+            mv_prefetch_start(j->w + (size_t)(r0 + s * q) * j->row_bytes, (size_t)q * j->row_bytes);
         if (j->rows && s_n > 1 && nc <= 2) {
             /* The format reads several rows in lockstep: one call serves
              * one row of each stream. */
