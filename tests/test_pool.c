@@ -581,9 +581,11 @@ static int log_job(void *vctx, int64_t b, int64_t e, int worker) {
     return 0;
 }
 
-/* The chunks of one run, sorted by first row, into sizes[] (returns the
- * count; fails the test on a gap, an overlap or more than 64 chunks). */
-static int chunk_sizes(tern_pool_t *p, const tern_range_t *r, int n_ranges, chunk_log_t *log, int64_t *sizes) {
+/* Run the job once and check its chunks, sorted by first row: they tile the
+ * last range without gaps, with the sizes of want, a list of (count, rows)
+ * pairs ended by a count of 0. */
+static void expect_chunks(tern_pool_t *p, const tern_range_t *r, int n_ranges, chunk_log_t *log,
+                          const int64_t *want) {
     tern_error_t err = {0};
     atomic_store(&log->n, 0);
     assert_int_equal(tern_pool_run(p, r, n_ranges, &err), 0);
@@ -595,11 +597,15 @@ static int chunk_sizes(tern_pool_t *p, const tern_range_t *r, int n_ranges, chun
             log->b[j] = log->b[j - 1], log->e[j] = log->e[j - 1];
             log->b[j - 1] = tb, log->e[j - 1] = te;
         }
-    for (int i = 0; i < n; i++) {
-        assert_int_equal(log->b[i], i ? log->e[i - 1] : 0);
-        sizes[i] = log->e[i] - log->b[i];
-    }
-    return n;
+    int i = 0;
+    for (; want[0] > 0; want += 2)
+        for (int64_t c = 0; c < want[0]; c++, i++) {
+            assert_true(i < n);
+            assert_int_equal(log->b[i], i ? log->e[i - 1] : 0);
+            assert_int_equal(log->e[i] - log->b[i], want[1]);
+        }
+    assert_int_equal(i, n);
+    assert_int_equal(log->e[n - 1], r[n_ranges - 1].n_rows);
 }
 
 static void test_chunk_plan(void **state) {
@@ -607,56 +613,39 @@ static void test_chunk_plan(void **state) {
     tern_pool_t *p = make_pool(2, 0);
     tern_pool_set_gate(p, 0);
     chunk_log_t log;
-    int64_t sz[64];
     /* 4096 rows of 1 KB, 2 threads: chunks of 4096 / 8 = 512 rows, the
      * last two of them (one per thread) cut into 128-row chunks. */
     tern_range_t r = {log_job, &log, 4096, 16, 1024};
-    int n = chunk_sizes(p, &r, 1, &log, sz);
-    assert_int_equal(n, 6 + 8);
-    for (int i = 0; i < n; i++) assert_int_equal(sz[i], i < 6 ? 512 : 128);
+    expect_chunks(p, &r, 1, &log, (const int64_t[]){6, 512, 8, 128, 0});
     /* A ragged end: 4000 rows -> chunks of 512 (500 rounded up to 16); the
      * last 1024 + 928 % 512 = 1440 rows in chunks of 128, the final one 32. */
     r.n_rows = 4000;
-    n = chunk_sizes(p, &r, 1, &log, sz);
-    assert_int_equal(n, 5 + 12);
-    for (int i = 0; i < n; i++) assert_int_equal(sz[i], i < 5 ? 512 : i < n - 1 ? 128 : 32);
+    expect_chunks(p, &r, 1, &log, (const int64_t[]){5, 512, 11, 128, 1, 32, 0});
     /* Two ranges: only the job's last range (the end of the job) has a tail. */
     chunk_log_t log2;
     tern_range_t rr[2] = {{log_job, &log2, 4096, 16, 1024}, {log_job, &log, 4096, 16, 1024}};
     atomic_store(&log2.n, 0);
-    n = chunk_sizes(p, rr, 2, &log, sz);
+    expect_chunks(p, rr, 2, &log, (const int64_t[]){2, 1024, 8, 256, 0});
     assert_int_equal(atomic_load(&log2.n), 4);
-    assert_int_equal(n, 2 + 8);
-    for (int i = 0; i < n; i++) assert_int_equal(sz[i], i < 2 ? 1024 : 256);
     /* Tail chunks of at least POOL_TAIL_MIN_WORK (128 KB): 4096 rows of 600
      * bytes, chunks of 300 KB; the tail's 1024 rows go in chunks of 208
      * (219 rows rounded down to 16) and the 192 left. */
     r.n_rows = 4096;
     r.cost = 600;
-    n = chunk_sizes(p, &r, 1, &log, sz);
-    assert_int_equal(n, 6 + 5);
-    for (int i = 0; i < n; i++) assert_int_equal(sz[i], i < 6 ? 512 : i < 10 ? 208 : 192);
+    expect_chunks(p, &r, 1, &log, (const int64_t[]){6, 512, 4, 208, 1, 192, 0});
     /* Less work: fewer chunks per thread (each of at least
      * POOL_MIN_CHUNK_WORK, 256 KB) and no tail. 1.2 MB: two per thread. */
     r.cost = 300;
-    n = chunk_sizes(p, &r, 1, &log, sz);
-    assert_int_equal(n, 4);
-    for (int i = 0; i < n; i++) assert_int_equal(sz[i], 1024);
+    expect_chunks(p, &r, 1, &log, (const int64_t[]){4, 1024, 0});
     /* 400 KB, and 64 KB: one per thread. */
     r.cost = 100;
-    n = chunk_sizes(p, &r, 1, &log, sz);
-    assert_int_equal(n, 2);
-    for (int i = 0; i < n; i++) assert_int_equal(sz[i], 2048);
+    expect_chunks(p, &r, 1, &log, (const int64_t[]){2, 2048, 0});
     r.n_rows = 64;
     r.cost = 1024;
-    n = chunk_sizes(p, &r, 1, &log, sz);
-    assert_int_equal(n, 2);
-    for (int i = 0; i < n; i++) assert_int_equal(sz[i], 32);
+    expect_chunks(p, &r, 1, &log, (const int64_t[]){2, 32, 0});
     /* Unknown cost: four per thread, as many rows as the alignment allows. */
     r.cost = 0;
-    n = chunk_sizes(p, &r, 1, &log, sz);
-    assert_int_equal(n, 4);
-    for (int i = 0; i < n; i++) assert_int_equal(sz[i], 16);
+    expect_chunks(p, &r, 1, &log, (const int64_t[]){4, 16, 0});
     tern_pool_free(p);
 }
 
