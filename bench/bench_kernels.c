@@ -48,8 +48,9 @@
 #include "kernels.h"
 #include "probe.h"
 
-#define BK_K 4096
-#define BK_ROWS 4096
+/* The matvec matrices: g_rows x g_cols (--shape; default 4096 x 4096). The
+ * GEMM runs BK_GEMM_ROWS rows of the same columns. */
+static int64_t g_rows = 4096, g_cols = 4096;
 #define BK_GEMM_ROWS 1024
 #define BK_MAX_N 512
 #define BK_THREADS 2
@@ -90,7 +91,9 @@ static void usage(FILE *f) {
             "  --quick        fewer rounds, a 512 MiB working set, GEMM up to N = 64\n"
             "  --format LIST  comma-separated formats (default: every weight format)\n"
             "  --isa LIST     comma-separated ISAs among scalar,avx2,avx512 (default: all this CPU has)\n"
-            "  --set-mb N     matvec working set in MiB (default 1024; keep it >> the LLC)\n");
+            "  --set-mb N     matvec working set in MiB (default 1024; keep it >> the LLC)\n"
+            "  --shape RxC    matvec matrices of R rows x C columns (default 4096x4096; e.g. 576x576,\n"
+            "                 SmolLM2's attention; formats whose block does not divide C are skipped)\n");
 }
 
 /* Split a comma list, mapping each item through fn (-1 = unknown). */
@@ -119,7 +122,7 @@ static float randn(void) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-/* The working set: nmat matrices of BK_ROWS x BK_K back to back, filled by
+/* The working set: nmat matrices of g_rows x g_cols back to back, filled by
  * replicating a quantized tile of random rows (content does not change the
  * speed; quantizing a whole GiB would take minutes for the K formats). */
 typedef struct {
@@ -130,19 +133,19 @@ typedef struct {
 
 static int wset_make(wset_t *w, int type, size_t set_bytes) {
     memset(w, 0, sizeof *w);
-    w->row_bytes = quant_row_size(type, BK_K);
+    w->row_bytes = quant_row_size(type, g_cols);
     if (!w->row_bytes) return -1;
-    w->mat_bytes = w->row_bytes * BK_ROWS;
+    w->mat_bytes = w->row_bytes * g_rows;
     w->nmat = (int)((set_bytes + w->mat_bytes - 1) / w->mat_bytes);
     if (w->nmat < 4) w->nmat = 4; /* four quarters (paired rounds) */
     w->bytes = w->mat_bytes * (size_t)w->nmat;
     const int tile_rows = 64;
     char *tile = tern_alloc(w->row_bytes * tile_rows);
-    float *src = malloc(sizeof(float) * BK_K);
+    float *src = malloc(sizeof(float) * g_cols);
     if (!tile || !src) goto fail;
     for (int r = 0; r < tile_rows; r++) {
-        for (int i = 0; i < BK_K; i++) src[i] = 0.02f * randn();
-        if (quant_quantize_row(type, src, tile + (size_t)r * w->row_bytes, BK_K) != 0) {
+        for (int i = 0; i < g_cols; i++) src[i] = 0.02f * randn();
+        if (quant_quantize_row(type, src, tile + (size_t)r * w->row_bytes, g_cols) != 0) {
             fprintf(stderr, "tern bench kernels: cannot quantize to %s\n", quant_name(type));
             goto fail;
         }
@@ -166,11 +169,11 @@ static void wset_free(wset_t *w) {
 }
 
 static kern_mat_t wset_mat(const wset_t *w, int type, int i, int64_t rows) {
-    return (kern_mat_t){type, rows, BK_K, w->row_bytes, w->buf + (size_t)i * w->mat_bytes};
+    return (kern_mat_t){type, rows, g_cols, w->row_bytes, w->buf + (size_t)i * w->mat_bytes};
 }
 
 typedef struct {
-    float *x, *x2, *y, *y2; /* vectors of BK_K / BK_ROWS */
+    float *x, *x2, *y, *y2; /* vectors of g_cols / g_rows */
     float *gx, *gy;         /* BK_MAX_N columns */
 } bufs_t;
 
@@ -191,7 +194,7 @@ static double slice_gbps(tern_pool_t *pool, const wset_t *w, int type, int q, bo
     uint64_t t = t0;
     int done = 0;
     while (done < per && (done == 0 || (double)(t - t0) < budget_ns)) {
-        kern_mat_t m = wset_mat(w, type, q * per + done, BK_ROWS);
+        kern_mat_t m = wset_mat(w, type, q * per + done, g_rows);
         int rc = two ? kern_matvec2(pool, &m, b->x, b->x2, b->y, b->y2, err) : kern_matvec(pool, &m, b->x, b->y, err);
         if (rc) return -1.0;
         done++;
@@ -207,7 +210,7 @@ static double cached_gbps(tern_pool_t *pool, int threads, const wset_t *w, int t
                           tern_error_t *err) {
     int64_t rows = (int64_t)((size_t)CACHED_BYTES * (size_t)threads / w->row_bytes) / 16 * 16;
     if (rows < 16) rows = 16;
-    if (rows > BK_ROWS) rows = BK_ROWS;
+    if (rows > g_rows) rows = g_rows;
     kern_mat_t m = wset_mat(w, type, 0, rows);
     if (kern_matvec(pool, &m, b->x, b->y, err)) return -1.0; /* into cache */
     double best = 0.0;
@@ -280,7 +283,7 @@ static double time_gemm(tern_pool_t *pool, const kern_mat_t *m, int64_t n, doubl
     double best = INFINITY, total = 0;
     for (int rep = 0; rep < 1000 && (rep < 2 || total < min_ns); rep++) {
         uint64_t t0 = tern_now_ns();
-        if (kern_gemm(pool, m, n, b->gx, BK_K, b->gy, m->rows, err)) return -1.0;
+        if (kern_gemm(pool, m, n, b->gx, g_cols, b->gy, m->rows, err)) return -1.0;
         double t = (double)(tern_now_ns() - t0);
         total += t;
         if (t < best) best = t;
@@ -303,6 +306,8 @@ static void print_json(const recs_t *r) {
         if (e->isa >= 0) printf(", \"isa\": \"%s\"", kern_isa_name((kern_isa_t)e->isa));
         printf(", \"threads\": %d", e->threads);
         if (e->n > 0) printf(", \"n\": %lld", (long long)e->n);
+        if (!strcmp(e->op, "matvec") || !strcmp(e->op, "matvec2"))
+            printf(", \"rows\": %lld, \"cols\": %lld", (long long)g_rows, (long long)g_cols);
         bool first = false;
         print_num(stdout, "gbps", e->gbps, &first);
         print_num(stdout, "pct_of_probe", e->pct, &first);
@@ -343,8 +348,8 @@ static void print_markdown(const recs_t *r, const int64_t *ns, int n_ns, size_t 
     printf("## Read bandwidth probe\n\n| threads | GB/s |\n|---:|---:|\n");
     for (int i = 0; i < r->n; i++)
         if (!strcmp(r->v[i].op, "probe")) printf("| %d | %.1f |\n", r->v[i].threads, r->v[i].gbps);
-    printf("\n## Kernels (matvec %d x %d over a %.0f MiB working set; GEMM %d x %d, GFLOP/s)\n\n", BK_ROWS, BK_K,
-           (double)set_bytes / 1048576.0, BK_GEMM_ROWS, BK_K);
+    printf("\n## Kernels (matvec %lld x %lld over a %.0f MiB working set; GEMM %d x %lld, GFLOP/s)\n\n",
+           (long long)g_rows, (long long)g_cols, (double)set_bytes / 1048576.0, BK_GEMM_ROWS, (long long)g_cols);
     printf("| format | isa | t | matvec GB/s | %% of probe | probe now | %% of probe now (lowest-highest round) | cached GB/s | matvec2 / matvec |");
     for (int i = 0; i < n_ns; i++) printf(" gemm N=%lld |", (long long)ns[i]);
     printf(" gemm64 / matvec |\n|---|---|---:|---:|---:|---:|---:|---:|---:|");
@@ -388,7 +393,9 @@ int bench_kernels_main(int argc, char **argv) {
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if ((!strcmp(a, "--format") || !strcmp(a, "--isa") || !strcmp(a, "--set-mb")) && i + 1 < argc) {
+        } else if ((!strcmp(a, "--format") || !strcmp(a, "--isa") || !strcmp(a, "--set-mb") ||
+                    !strcmp(a, "--shape")) &&
+                   i + 1 < argc) {
             const char *v = argv[++i];
             if (!strcmp(a, "--format")) {
                 if ((nf = parse_list(v, quant_from_name, formats, TYPE_COUNT, "format")) < 0) return 2;
@@ -399,6 +406,14 @@ int bench_kernels_main(int argc, char **argv) {
                     }
             } else if (!strcmp(a, "--isa")) {
                 if ((ni = parse_list(v, kern_isa_from_name, isas, ISA_COUNT, "isa")) < 0) return 2;
+            } else if (!strcmp(a, "--shape")) {
+                long long r = 0, c = 0;
+                char tail = 0;
+                if (sscanf(v, "%lldx%lld%c", &r, &c, &tail) != 2 || r < 16 || r > 65536 || c < 32 || c > 65536) {
+                    fprintf(stderr, "tern bench kernels: --shape wants RxC, 16 <= R <= 65536, 32 <= C <= 65536\n");
+                    return 2;
+                }
+                g_rows = r, g_cols = c;
             } else {
                 set_mb = atof(v);
                 if (!(set_mb >= 16 && set_mb <= 65536)) {
@@ -463,21 +478,26 @@ int bench_kernels_main(int argc, char **argv) {
             goto out;
         }
     }
-    b.x = malloc(sizeof(float) * BK_K);
-    b.x2 = malloc(sizeof(float) * BK_K);
-    b.y = malloc(sizeof(float) * BK_ROWS);
-    b.y2 = malloc(sizeof(float) * BK_ROWS);
-    b.gx = malloc(sizeof(float) * BK_K * BK_MAX_N);
+    b.x = malloc(sizeof(float) * g_cols);
+    b.x2 = malloc(sizeof(float) * g_cols);
+    b.y = malloc(sizeof(float) * g_rows);
+    b.y2 = malloc(sizeof(float) * g_rows);
+    b.gx = malloc(sizeof(float) * g_cols * BK_MAX_N);
     b.gy = malloc(sizeof(float) * BK_GEMM_ROWS * BK_MAX_N);
     if (!b.x || !b.x2 || !b.y || !b.y2 || !b.gx || !b.gy) goto oom;
-    for (int i = 0; i < BK_K; i++) b.x[i] = randn(), b.x2[i] = randn();
-    for (int i = 0; i < BK_K * BK_MAX_N; i++) b.gx[i] = randn();
+    for (int i = 0; i < g_cols; i++) b.x[i] = randn(), b.x2[i] = randn();
+    for (int i = 0; i < g_cols * BK_MAX_N; i++) b.gx[i] = randn();
 
     /* 2. Per format, ISA and thread count. */
     for (int fi = 0; fi < nf; fi++) {
         const int type = formats[fi];
         if (!kern_ops(type, ISA_SCALAR)) {
             fprintf(stderr, "%s: no kernel registered, skipped\n", quant_name(type));
+            continue;
+        }
+        if (g_cols % quant_traits(type)->blck) {
+            fprintf(stderr, "%s: %lld columns are not a multiple of its block of %d, skipped\n", quant_name(type),
+                    (long long)g_cols, quant_traits(type)->blck);
             continue;
         }
         wset_t w;
@@ -506,7 +526,7 @@ int bench_kernels_main(int argc, char **argv) {
             kern_isa_set(isa);
             for (int t = 1; t <= BK_THREADS; t++) {
                 tern_pool_t *p = pools[t];
-                kern_mat_t m0 = wset_mat(&w, type, 0, BK_ROWS);
+                kern_mat_t m0 = wset_mat(&w, type, 0, g_rows);
                 if (kern_matvec(p, &m0, b.x, b.y, &err)) goto kerr; /* warm-up: code, workspace */
                 rounds_t rr;
                 err.code = 0;
@@ -516,7 +536,7 @@ int bench_kernels_main(int argc, char **argv) {
                     rc = 1;
                     break;
                 }
-                const double flops_mat = 2.0 * BK_ROWS * BK_K;
+                const double flops_mat = 2.0 * g_rows * g_cols;
                 const double mv_ns = (double)w.mat_bytes / rr.mv_gbps, mv2_ns = (double)w.mat_bytes / rr.mv2_gbps;
                 rec_t *e = rec_add(&recs, "matvec", type, isa, t);
                 if (!e) goto oom;
@@ -551,7 +571,7 @@ int bench_kernels_main(int argc, char **argv) {
                 for (int j = 0; j < n_ns; j++) {
                     int64_t rows = BK_GEMM_ROWS;
                     if (ns_per_flop > 0) {
-                        double est = ns_per_flop * 2.0 * BK_GEMM_ROWS * BK_K * (double)all_ns[j];
+                        double est = ns_per_flop * 2.0 * BK_GEMM_ROWS * g_cols * (double)all_ns[j];
                         if (est > gemm_min_ns) rows = (int64_t)(BK_GEMM_ROWS * gemm_min_ns / est) / 16 * 16;
                         if (rows < 64) rows = 64;
                     }
@@ -562,7 +582,7 @@ int bench_kernels_main(int argc, char **argv) {
                     if (!e) goto oom;
                     e->n = all_ns[j];
                     e->ns = ns;
-                    e->gflops = 2.0 * (double)rows * BK_K * (double)all_ns[j] / ns;
+                    e->gflops = 2.0 * (double)rows * g_cols * (double)all_ns[j] / ns;
                     e->x_matvec = e->gflops / mv_gflops;
                     ns_per_flop = 1.0 / e->gflops;
                     fprintf(stderr, ", gemm%lld %.1f", (long long)all_ns[j], e->gflops);
