@@ -575,6 +575,10 @@ int bench_kernels_main(int argc, char **argv) {
                         if (est > gemm_min_ns) rows = (int64_t)(BK_GEMM_ROWS * gemm_min_ns / est) / 16 * 16;
                         if (rows < 64) rows = 64;
                     }
+                    /* the rows from matrix 1 on must lie in the working set
+                     * (small matrices in a small set: --shape, --set-mb) */
+                    const int64_t avail = (int64_t)(w.nmat - 1) * g_rows;
+                    if (rows > avail) rows = avail;
                     kern_mat_t g = wset_mat(&w, type, 1, rows);
                     double ns = time_gemm(p, &g, all_ns[j], gemm_min_ns, &b, &err);
                     if (ns < 0) goto kerr;
