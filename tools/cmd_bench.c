@@ -7,6 +7,12 @@
  * per thread count) and reports each generation row against its roofline:
  * the best possible decode rate is bandwidth / weight bytes read per token
  * (tern_model_bytes_per_token), and roofline_pct = 100 * tok_s / that.
+ * On a shared machine the bandwidth left to us drifts by tens of percent
+ * within seconds, so each generation repetition is also paired with one
+ * probe pass taken just before it (over a buffer of --probe-mb, kept for
+ * the purpose): roofline_pct_now is the median over the repetitions of the
+ * repetition's weights GB/s against its own pass (as in `tern bench
+ * kernels`).
  *
  * --check N additionally generates N greedy tokens at every thread count and
  * says whether they are identical (they must be: the kernels are
@@ -48,6 +54,7 @@ typedef struct {
     int is_tg;
     double tok_s, tok_s_sd;
     double probe_gbps, roofline_pct, weights_gbps;
+    double probe_now_gbps, roofline_pct_now; /* paired passes (header); NAN: none */
     double dispatches_per_token;
 } row_t;
 
@@ -184,6 +191,17 @@ static int parse_opts(bench_opts_t *o, int argc, char **argv) {
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of v[0..n-1], n >= 1 (sorts v). */
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 static void mean_sd(const double *x, int n, double *mean, double *sd) {
     double s = 0;
     for (int i = 0; i < n; i++) s += x[i];
@@ -241,10 +259,14 @@ static void print_rows(const bench_opts_t *o, const row_t *rows, int n, const do
                    "\"tok_s_sd\": %.3f, \"probe_gbps\": %.2f",
                    (unsigned long long)r->size, (unsigned long long)r->params, r->threads, r->test, r->tok_s,
                    r->tok_s_sd, r->probe_gbps);
-            if (r->is_tg)
+            if (r->is_tg) {
                 printf(", \"weight_bytes_per_token\": %llu, \"weights_gbps\": %.2f, \"roofline_pct\": %.1f, "
                        "\"dispatches_per_token\": %.1f",
                        (unsigned long long)r->bytes_per_token, r->weights_gbps, r->roofline_pct, r->dispatches_per_token);
+                if (!isnan(r->roofline_pct_now))
+                    printf(", \"probe_now_gbps\": %.2f, \"roofline_pct_now\": %.1f", r->probe_now_gbps,
+                           r->roofline_pct_now);
+            }
             printf("}%s\n", i + 1 < n ? "," : "");
         }
         printf("]\n");
@@ -252,28 +274,41 @@ static void print_rows(const bench_opts_t *o, const row_t *rows, int n, const do
     }
     if (!strcmp(o->out, "csv")) {
         printf("model,type,size_bytes,params,threads,test,tok_s,tok_s_sd,probe_gbps,weights_gbps,roofline_pct,"
-               "dispatches_per_token\n");
+               "dispatches_per_token,probe_now_gbps,roofline_pct_now\n");
         for (int i = 0; i < n; i++) {
             const row_t *r = &rows[i];
             printf("%s,%s,%llu,%llu,%d,%s,%.3f,%.3f,%.2f,", r->model, r->type, (unsigned long long)r->size,
                    (unsigned long long)r->params, r->threads, r->test, r->tok_s, r->tok_s_sd, r->probe_gbps);
-            if (r->is_tg) printf("%.2f,%.1f,%.1f\n", r->weights_gbps, r->roofline_pct, r->dispatches_per_token);
-            else printf(",,\n");
+            if (r->is_tg) {
+                printf("%.2f,%.1f,%.1f,", r->weights_gbps, r->roofline_pct, r->dispatches_per_token);
+                if (isnan(r->roofline_pct_now)) printf(",\n");
+                else printf("%.2f,%.1f\n", r->probe_now_gbps, r->roofline_pct_now);
+            } else {
+                printf(",,,,\n");
+            }
         }
         return;
     }
-    printf("read bandwidth (probe, %.0f MiB, same run):", o->probe_mb);
+    printf("read bandwidth (probe, %.0f MiB, same run; %% of probe now: against a pass before each repetition):",
+           o->probe_mb);
     for (int i = 0; i < th->n; i++) printf(" %d thread%s %.1f GB/s%s", th->v[i], th->v[i] > 1 ? "s" : "", probe[i],
                                            i + 1 < th->n ? "," : "");
     printf("\nISA %s\n\n", tern_isa_name());
-    printf("| model | type | size | params | threads | test | t/s | weights GB/s | %% of roofline | dispatches/token |\n");
-    printf("|---|---|---:|---:|---:|---|---:|---:|---:|---:|\n");
+    printf("| model | type | size | params | threads | test | t/s | weights GB/s | %% of roofline | %% of probe now | "
+           "dispatches/token |\n");
+    printf("|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < n; i++) {
         const row_t *r = &rows[i];
         printf("| %s | %s | %.1f MiB | %.1f M | %d | %s | %.2f ± %.2f |", r->model, r->type,
                (double)r->size / 1048576.0, (double)r->params / 1e6, r->threads, r->test, r->tok_s, r->tok_s_sd);
-        if (r->is_tg) printf(" %.1f | %.1f%% | %.1f |\n", r->weights_gbps, r->roofline_pct, r->dispatches_per_token);
-        else printf(" | | |\n");
+        if (r->is_tg) {
+            printf(" %.1f | %.1f%% |", r->weights_gbps, r->roofline_pct);
+            if (isnan(r->roofline_pct_now)) printf(" - |");
+            else printf(" %.1f%% |", r->roofline_pct_now);
+            printf(" %.1f |\n", r->dispatches_per_token);
+        } else {
+            printf(" | | | |\n");
+        }
     }
 }
 
@@ -303,14 +338,20 @@ int cmd_bench_model(int argc, char **argv) {
         fprintf(stderr, "tern bench: read bandwidth at %d thread%s: %.1f GB/s\n", o.threads.v[i],
                 o.threads.v[i] > 1 ? "s" : "", probe[i]);
     }
-    bench_probe_release(); /* the probe's buffer is not needed during the tests */
+    bench_probe_release();
+    /* The buffer of the paired passes (header). Without it (no memory) the
+     * table says "-" for them. */
+    const size_t probe_bytes = (size_t)(o.probe_mb * 1048576.0);
+    void *pbuf = bench_big_alloc(probe_bytes);
+    if (!pbuf) fprintf(stderr, "tern bench: no %.0f MiB for the paired probe passes\n", o.probe_mb);
 
     const int max_rows = o.n_models * o.threads.n * (o.pp.n + o.tg.n);
     row_t *rows = calloc((size_t)max_rows, sizeof *rows);
     int32_t *ids = malloc((size_t)max_n * sizeof *ids);
     double *secs = malloc((size_t)o.reps * sizeof *secs);
+    double *pass = malloc((size_t)o.reps * sizeof *pass), *pct = malloc((size_t)o.reps * sizeof *pct);
     int n_rows = 0, rc = 0;
-    if (!rows || !ids || !secs) {
+    if (!rows || !ids || !secs || !pass || !pct) {
         fprintf(stderr, "tern bench: out of memory\n");
         rc = 1;
         goto out;
@@ -351,11 +392,13 @@ int cmd_bench_model(int argc, char **argv) {
                         break;
                     }
                     tern_context_timings_reset(c);
-                    for (int r = 0; r < o.reps && rc == 0; r++)
+                    for (int r = 0; r < o.reps && rc == 0; r++) {
+                        pass[r] = kind && pbuf ? bench_probe_pass_gbps(o.threads.v[ti], pbuf, probe_bytes) : -1.0;
                         if (run_test(c, ids, n, kind, &secs[r], &err)) {
                             fprintf(stderr, "tern bench: %s\n", err.msg);
                             rc = 1;
                         }
+                    }
                     if (rc) break;
                     double *tps = secs; /* converted in place */
                     for (int r = 0; r < o.reps; r++) tps[r] = n / secs[r];
@@ -375,6 +418,14 @@ int cmd_bench_model(int argc, char **argv) {
                         tern_context_timings(c, &t);
                         row->weights_gbps = row->tok_s * (double)row->bytes_per_token / 1e9;
                         row->roofline_pct = probe[ti] > 0 ? 100.0 * row->weights_gbps / probe[ti] : 0;
+                        row->probe_now_gbps = row->roofline_pct_now = NAN;
+                        int np = 0;
+                        for (int r = 0; r < o.reps; r++)
+                            if (pass[r] > 0) pct[np++] = 100.0 * tps[r] * (double)row->bytes_per_token / 1e9 / pass[r];
+                        if (np == o.reps) {
+                            row->roofline_pct_now = median(pct, np);
+                            row->probe_now_gbps = median(pass, np);
+                        }
                         row->dispatches_per_token = t.n_gen ? (double)t.gen_dispatches / (double)t.n_gen : 0;
                         if (o.profile) {
                             tern_profile_t p;
@@ -441,5 +492,8 @@ out:
     free(rows);
     free(ids);
     free(secs);
+    free(pass);
+    free(pct);
+    bench_big_free(pbuf, probe_bytes);
     return rc;
 }
