@@ -229,17 +229,6 @@ static double cached_gbps(tern_pool_t *pool, int threads, const wset_t *w, int t
     return best;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Median of v[0..n-1] (n >= 1; sorts v). */
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 #define BK_MAX_ROUNDS 15
 typedef struct {
     double mv_gbps, mv2_gbps; /* median slices */
@@ -267,13 +256,13 @@ static int run_rounds(tern_pool_t *pool, int threads, const wset_t *w, int type,
         R[i] = 100.0 * M[i] / P[i];
         C[i] = M[i] / M2[i];
     }
-    out->mv_gbps = median(M, rounds);
-    out->mv2_gbps = median(M2, rounds);
-    out->probe_gbps = median(P, rounds);
-    out->pct_now = median(R, rounds); /* sorted now */
+    out->mv_gbps = bench_median(M, rounds);
+    out->mv2_gbps = bench_median(M2, rounds);
+    out->probe_gbps = bench_median(P, rounds);
+    out->pct_now = bench_median(R, rounds); /* sorted now */
     out->pct_lo = R[0];
     out->pct_hi = R[rounds - 1];
-    out->mv2_ratio = median(C, rounds);
+    out->mv2_ratio = bench_median(C, rounds);
     return 0;
 }
 

@@ -30,6 +30,11 @@ void bench_probe_release(void);
  * yet, or on failure. Not thread-safe. */
 double bench_probe_pass_gbps(int threads, const void *buf, size_t bytes);
 
+/* Median of v[0..n-1] (n >= 1; sorts v): how the benchmarks summarize the
+ * ratios of their paired rounds (a kernel or a decode against the probe
+ * pass taken just before it). */
+double bench_median(double *v, int n);
+
 /* A large buffer allocated the way the probe allocates its own (anonymous
  * mmap, transparent huge pages requested, faulted in), so that kernels
  * measured against the probe see the same page-size effects. NULL on

@@ -191,17 +191,6 @@ static int parse_opts(bench_opts_t *o, int argc, char **argv) {
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Median of v[0..n-1], n >= 1 (sorts v). */
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 static void mean_sd(const double *x, int n, double *mean, double *sd) {
     double s = 0;
     for (int i = 0; i < n; i++) s += x[i];
@@ -423,8 +412,8 @@ int cmd_bench_model(int argc, char **argv) {
                         for (int r = 0; r < o.reps; r++)
                             if (pass[r] > 0) pct[np++] = 100.0 * tps[r] * (double)row->bytes_per_token / 1e9 / pass[r];
                         if (np == o.reps) {
-                            row->roofline_pct_now = median(pct, np);
-                            row->probe_now_gbps = median(pass, np);
+                            row->roofline_pct_now = bench_median(pct, np);
+                            row->probe_now_gbps = bench_median(pass, np);
                         }
                         row->dispatches_per_token = t.n_gen ? (double)t.gen_dispatches / (double)t.n_gen : 0;
                         if (o.profile) {
