@@ -157,6 +157,7 @@
 #include "common.h"
 #include "cpu.h"
 #include "kquant.h"
+#include "prefetch.h"
 
 #include <immintrin.h>
 #include <stddef.h>
@@ -175,21 +176,6 @@
  * hot loops make no calls. */
 
 KQ_INLINE __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-
-#ifndef KQ_PF_DIST
-#define KQ_PF_DIST 4096
-#endif
-#ifndef KQ_PF_HINT
-#define KQ_PF_HINT _MM_HINT_T0
-#endif
-/* Weights stream from memory once per matvec: ask for them KQ_PF_DIST
- * bytes ahead, beyond what the hardware prefetcher keeps in flight. (Past
- * the end of the row this touches the next row, or nothing: a prefetch
- * never faults.) */
-KQ_INLINE void prefetch_block(const void *blk, size_t size) {
-    const char *p = (const char *)blk + KQ_PF_DIST;
-    for (size_t o = 0; o < size; o += 64) _mm_prefetch(p + o, KQ_PF_HINT);
-}
 
 KQ_INLINE const block_q8_K *act_at(const char *xa, size_t st, int c, int64_t b) {
     return (const block_q8_K *)(xa + (size_t)c * st) + b;

@@ -97,6 +97,7 @@
  */
 #include "common.h"
 #include "kquant.h"
+#include "prefetch.h"
 
 #include <immintrin.h>
 #include <stddef.h>
@@ -112,21 +113,6 @@ KQ_INLINE __m512i bcast256(const void *p) { return _mm512_broadcast_i64x4(loadu2
 KQ_INLINE __m512i halves(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 /* a | (b & c), bitwise */
 KQ_INLINE __m512i or_and(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylogic_epi32(a, b, c, 0xF8); }
-
-#ifndef KQ_PF_DIST
-#define KQ_PF_DIST 4096
-#endif
-#ifndef KQ_PF_HINT
-#define KQ_PF_HINT _MM_HINT_T0
-#endif
-/* Weights stream from memory once per matvec: ask for them KQ_PF_DIST
- * bytes ahead, beyond what the hardware prefetcher keeps in flight. (Past
- * the end of the row this touches the next row, or nothing: a prefetch
- * never faults; the address is formed in integers.) */
-KQ_INLINE void prefetch_block(const void *blk, size_t size) {
-    const uintptr_t p = (uintptr_t)blk + KQ_PF_DIST;
-    for (size_t o = 0; o < size; o += 64) _mm_prefetch((const char *)(p + o), KQ_PF_HINT);
-}
 
 KQ_INLINE const block_q8_K *act_at(const char *xa, size_t st, int c, int64_t b) {
     return (const block_q8_K *)(xa + (size_t)c * st) + b;

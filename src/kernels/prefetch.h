@@ -1,12 +1,13 @@
 /*
- * prefetch.h - the weight-stream software prefetch of the x86 block and
- * float kernels (legacy_avx2.c, legacy_avx512.c, float_avx512.c). Only
- * SSE's _mm_prefetch is used, so any x86 kernel file may include it.
+ * prefetch.h - the weight-stream software prefetch of the x86 kernels
+ * (legacy_*, float_*, kquant_* for AVX2 and AVX-512) and its distance,
+ * which matvec.c also uses (its start-of-stream prefetch covers the bytes
+ * the kernels' own prefetches skip). Only SSE's _mm_prefetch is used, so
+ * any x86 kernel file may include it; elsewhere only PF_DIST is defined.
  */
 #ifndef TERN_KERNELS_PREFETCH_H
 #define TERN_KERNELS_PREFETCH_H
 
-#include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,11 +16,17 @@
  * out-of-order window alone keeps too few lines in flight: a prefetch a few
  * KB ahead (past the row's end into the next row, which the drivers visit
  * next) took Q8_0 / Q4_0 single-thread matvec over a 1 GB matrix from about
- * half of a plain read loop's bandwidth to about 85% on the development
- * machine. Prefetches never fault, so reading past the matrix is harmless. */
+ * half of a plain read loop's bandwidth to about 85%. With four streams per
+ * thread (matvec.c), 2 KB ahead reads 1-4% faster than 4 KB at 2 threads
+ * for every format and both ISAs, 512 bytes 2-4% slower (docs/PERF.md,
+ * in-process A/B). Prefetches never fault, so reading past the matrix is
+ * harmless. */
 #ifndef PF_DIST
-#define PF_DIST 4096
+#define PF_DIST 2048
 #endif
+
+#if defined(__x86_64__)
+#include <immintrin.h>
 
 /* Prefetch the lines PF_DIST bytes past the n bytes at p (the weights one
  * loop iteration consumes; n <= 128, a constant), so that every line of the
@@ -30,5 +37,13 @@ static inline __attribute__((always_inline)) void prefetch_ahead(const char *p, 
     _mm_prefetch((const char *)a, _MM_HINT_T0);
     if (n > 64) _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
 }
+
+/* The same for a whole block of size bytes (a K-quant superblock): every
+ * line from PF_DIST past its start on. */
+static inline __attribute__((always_inline)) void prefetch_block(const void *blk, size_t size) {
+    const uintptr_t p = (uintptr_t)blk + PF_DIST;
+    for (size_t o = 0; o < size; o += 64) _mm_prefetch((const char *)(p + o), _MM_HINT_T0);
+}
+#endif
 
 #endif
