@@ -1083,30 +1083,19 @@ KQ_INLINE void ga_run(const kern_gemm_args_t *a, const void *wv, size_t row_byte
     }
 }
 
-static void ga_run_q4k(const kern_gemm_args_t *a, const void *w, size_t rb, int64_t nr, float *y, int64_t ldy,
-                       void *s) {
-    ga_run(a, w, rb, nr, y, ldy, s, 0, 0);
-}
-static void gv_run_q4k(const kern_gemm_args_t *a, const void *w, size_t rb, int64_t nr, float *y, int64_t ldy,
-                       void *s) {
-    ga_run(a, w, rb, nr, y, ldy, s, 0, 1);
-}
-static void ga_run_q5k(const kern_gemm_args_t *a, const void *w, size_t rb, int64_t nr, float *y, int64_t ldy,
-                       void *s) {
-    ga_run(a, w, rb, nr, y, ldy, s, 1, 0);
-}
-static void gv_run_q5k(const kern_gemm_args_t *a, const void *w, size_t rb, int64_t nr, float *y, int64_t ldy,
-                       void *s) {
-    ga_run(a, w, rb, nr, y, ldy, s, 1, 1);
-}
-static void ga_run_q6k(const kern_gemm_args_t *a, const void *w, size_t rb, int64_t nr, float *y, int64_t ldy,
-                       void *s) {
-    ga_run(a, w, rb, nr, y, ldy, s, 2, 0);
-}
-static void gv_run_q6k(const kern_gemm_args_t *a, const void *w, size_t rb, int64_t nr, float *y, int64_t ldy,
-                       void *s) {
-    ga_run(a, w, rb, nr, y, ldy, s, 2, 1);
-}
+/* The kern_gemm_t run entries: fmt 0 / 1 / 2 = Q4_K / Q5_K / Q6_K, ga_ the
+ * plain tiles, gv_ the AVX-VNNI ones. */
+#define GA_RUN_ENTRY(name, fmt, vnni)                                                                     \
+    static void name(const kern_gemm_args_t *a, const void *w, size_t rb, int64_t nr, float *y, int64_t ldy, \
+                     void *s) {                                                                           \
+        ga_run(a, w, rb, nr, y, ldy, s, fmt, vnni);                                                       \
+    }
+GA_RUN_ENTRY(ga_run_q4k, 0, 0)
+GA_RUN_ENTRY(gv_run_q4k, 0, 1)
+GA_RUN_ENTRY(ga_run_q5k, 1, 0)
+GA_RUN_ENTRY(gv_run_q5k, 1, 1)
+GA_RUN_ENTRY(ga_run_q6k, 2, 0)
+GA_RUN_ENTRY(gv_run_q6k, 2, 1)
 
 /* One prep for Q4_K and Q5_K (matrices sharing an input and a prep share
  * its layout), one for Q6_K: each layout only what its kernel reads. */
