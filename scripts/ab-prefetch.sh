@@ -21,6 +21,6 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DTERN_TESTS=OFF \
     "-DCMAKE_C_FLAGS=-DPF_DIST=tern_ab_pf_dist -include $(pwd)/bench/ab/ab_prefetch.h" >/dev/null
 cmake --build "$BUILD" -j "$(nproc 2>/dev/null || echo 2)" --target ternlib >/dev/null
 # shellcheck disable=SC2046
-$CC -O2 -Wall -Wextra -Werror -std=c11 -Iinclude -Isrc bench/ab/ab_prefetch.c "$BUILD/libtern.a" -o "$BUILD/ab_prefetch" \
+$CC -O2 -Wall -Wextra -Werror -std=c11 -Iinclude -Isrc -Ibench bench/ab/ab_prefetch.c bench/probe.c "$BUILD/libtern.a" -o "$BUILD/ab_prefetch" \
     $(pkg-config --libs libpcre2-8 libutf8proc hwloc) -lpthread -lm
 exec "$BUILD/ab_prefetch" "$@"

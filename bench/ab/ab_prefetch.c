@@ -16,23 +16,16 @@
  *
  * Usage: ab_prefetch THREADS DIST_A DIST_B FORMATS [ROUNDS] [ROWSxCOLS]
  */
-#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-
 #include "common.h"
 #include "kernels.h"
+#include "probe.h"
 #include "quant.h"
 #include "tern.h"
 
 unsigned long tern_ab_pf_dist = 4096;
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* One pass of matvecs over n matrices from buf; ns, or -1 on error. */
 static double pass_ns(tern_pool_t *pool, int type, int64_t rows, int64_t cols, size_t rb, const char *buf, int n,
@@ -94,15 +87,12 @@ int main(int argc, char **argv) {
         const size_t mat = rb * (size_t)rows;
         const int half = (int)(((size_t)1 << 29) / mat) > 0 ? (int)(((size_t)1 << 29) / mat) : 1;
         const size_t bytes = 2 * (size_t)half * mat;
-        char *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        char *buf = bench_big_alloc(bytes); /* huge pages where possible, as the kernel bench's */
         char *row = malloc(rb);
-        if (buf == MAP_FAILED || !row || quant_quantize_row(type, src, row, cols)) {
+        if (!buf || !row || quant_quantize_row(type, src, row, cols)) {
             fprintf(stderr, "ab_prefetch: no memory or no quantizer for %s\n", fmt);
             return 1;
         }
-#ifdef MADV_HUGEPAGE
-        madvise(buf, bytes, MADV_HUGEPAGE); /* as the kernel bench's buffers */
-#endif
         for (size_t o = 0; o < bytes; o += rb) memcpy(buf + o, row, rb);
         for (int r = 0; r < rounds; r++) {
             double t[2];
@@ -114,11 +104,11 @@ int main(int argc, char **argv) {
             }
             ratio[r] = t[0] / t[1];
         }
-        qsort(ratio, (size_t)rounds, sizeof *ratio, cmp_double);
+        const double med = bench_median(ratio, rounds); /* sorts ratio: the quartiles follow */
         printf("| %s | %lldx%lld | %d | %lu | %lu | %.3f | %.3f-%.3f |\n", fmt, (long long)rows, (long long)cols,
-               threads, da, db, ratio[rounds / 2], ratio[rounds / 4], ratio[(3 * rounds) / 4]);
+               threads, da, db, med, ratio[rounds / 4], ratio[(3 * rounds) / 4]);
         fflush(stdout);
-        munmap(buf, bytes);
+        bench_big_free(buf, bytes);
         free(row);
     }
     free(x);

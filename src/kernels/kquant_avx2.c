@@ -240,11 +240,11 @@ KQ_INLINE void affine_row(const void *wv, int64_t b, const char *xa, size_t st, 
     if (is_q5) {
         const block_q5_K *w = (const block_q5_K *)wv + b;
         scales = w->scales, qs = w->qs, qhp = w->qh, blk = w;
-        prefetch_block(w, sizeof *w);
+        prefetch_ahead(w, sizeof *w);
     } else {
         const block_q4_K *w = (const block_q4_K *)wv + b;
         scales = w->scales, qs = w->qs, blk = w;
-        prefetch_block(w, sizeof *w);
+        prefetch_ahead(w, sizeof *w);
     }
     memcpy(dm, blk, 4); /* d, dmin */
     uint64_t sc8;
@@ -354,7 +354,7 @@ KQ_INLINE void q6k_unpack_half(const block_q6_K *w, int h, __m256i q[4]) {
 
 KQ_INLINE void q6k_block(const void *wv, int64_t b, const char *xa, size_t st, const int nc, __m256i *tv, float *dd) {
     const block_q6_K *w = (const block_q6_K *)wv + b;
-    prefetch_block(w, sizeof *w);
+    prefetch_ahead(w, sizeof *w);
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w->scales));
     *dd = _cvtsh_ss(w->d);
     __m256i sumi[KERN_MAX_COLS];

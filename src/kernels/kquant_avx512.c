@@ -265,7 +265,7 @@ KQ_INLINE void affine_tile(int64_t nb, const void *const *wr, const int nr, cons
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) blk[r] = row[r] + (size_t)b * bsz;
 #pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) prefetch_block(blk[r], bsz);
+        for (int r = 0; r < nr; r++) prefetch_ahead(blk[r], bsz);
 
         /* scales and mins of all rows: SC16 / MN16 lane r = row r's 8
          * scales / mins as int16 */
@@ -430,7 +430,7 @@ KQ_INLINE void q6k_tile(int64_t nb, const void *const *wr, const int nr, const c
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) blk[r] = row[r] + b;
 #pragma GCC unroll 4
-        for (int r = 0; r < nr; r++) prefetch_block(blk[r], sizeof *blk[r]);
+        for (int r = 0; r < nr; r++) prefetch_ahead(blk[r], sizeof *blk[r]);
 
         /* scales of all rows as int16: SC16[s] = rows 2s, 2s+1 (16 words
          * each); SN = -32 x those, for the -32 offset */

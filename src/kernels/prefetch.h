@@ -28,21 +28,13 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-/* Prefetch the lines PF_DIST bytes past the n bytes at p (the weights one
- * loop iteration consumes; n <= 128, a constant), so that every line of the
- * stream is asked for once or twice. */
-static inline __attribute__((always_inline)) void prefetch_ahead(const char *p, size_t n) {
-    /* Address arithmetic in integers: the target may lie past the object. */
+/* Prefetch every line of the n bytes PF_DIST past p: the weights one loop
+ * iteration consumes (a cache line or a block group: n a constant, so the
+ * loop unrolls to one or two prefetches) or a K-quant superblock. Address
+ * arithmetic in integers: the target may lie past the object. */
+static inline __attribute__((always_inline)) void prefetch_ahead(const void *p, size_t n) {
     const uintptr_t a = (uintptr_t)p + PF_DIST;
-    _mm_prefetch((const char *)a, _MM_HINT_T0);
-    if (n > 64) _mm_prefetch((const char *)(a + 64), _MM_HINT_T0);
-}
-
-/* The same for a whole block of size bytes (a K-quant superblock): every
- * line from PF_DIST past its start on. */
-static inline __attribute__((always_inline)) void prefetch_block(const void *blk, size_t size) {
-    const uintptr_t p = (uintptr_t)blk + PF_DIST;
-    for (size_t o = 0; o < size; o += 64) _mm_prefetch((const char *)(p + o), _MM_HINT_T0);
+    for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char *)(a + o), _MM_HINT_T0);
 }
 #endif
 
