@@ -42,10 +42,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cmds.h"
-#include "common.h"
-#include "cpu.h"
-#include "kernels.h"
+#include "bench.h"
+#include "core/common.h"
+#include "core/cpu.h"
+#include "kernels/kernels.h"
 #include "probe.h"
 
 /* The matvec matrices: g_rows x g_cols (--shape; default 4096 x 4096). The

@@ -36,9 +36,9 @@
 #include <omp.h>
 #endif
 
-#include "cmds.h"
-#include "common.h"
-#include "tern.h"
+#include "bench.h"
+#include "core/common.h"
+#include "tern_pool.h"
 
 extern char **environ;
 

@@ -21,8 +21,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "common.h"
-#include "cpu.h"
+#include "core/common.h"
+#include "core/cpu.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

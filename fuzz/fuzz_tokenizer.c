@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gguf.h"
-#include "tokenizer.h"
+#include "format/gguf.h"
+#include "text/tokenizer.h"
 
 #ifndef TERN_SHARED_DIR
 #define TERN_SHARED_DIR "/work/shared"

@@ -98,8 +98,8 @@ nice -n "$NICE" cmake --build "$BUILD" -j "$JOBS" --target ternlib $TESTS
 # The probe: what the kernel table picks on the running (emulated) CPU.
 cat >"$BUILD/neon_probe.c" <<'EOF'
 #include <stdio.h>
-#include "cpu.h"
-#include "kernels.h"
+#include "core/cpu.h"
+#include "kernels/kernels.h"
 int main(void) {
     const cpu_features_t *f = cpu_features();
     int missing = 0;

@@ -1,6 +1,6 @@
 /* test_fp16.c - fp16/bf16 conversions against exhaustive and fixed cases. */
 #include "testutil.h"
-#include "quant.h"
+#include "format/quant.h"
 
 #include <math.h>
 #include <string.h>

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "quant.h"
+#include "format/gguf.h"
+#include "format/quant.h"
 
 /* ---- a byte builder for hand-made files ---------------------------------------- */
 

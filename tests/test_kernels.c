@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
-#include "kernels.h"
+#include "core/common.h"
+#include "kernels/kernels.h"
 
 #define MAX_THREADS 8
 

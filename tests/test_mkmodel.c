@@ -12,9 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "mkmodel.h"
-#include "quant.h"
+#include "format/gguf.h"
+#include "dev/mkmodel.h"
+#include "format/quant.h"
 
 static const char *all_targets[] = {"f32",  "f16",  "bf16", "q8_0", "q4_0",   "q4_1",  "q5_0",
                                     "q5_1", "q4_k", "q5_k", "q6_k", "q4_k_m", "q5_k_m"};

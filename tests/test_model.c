@@ -19,10 +19,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gguf.h"
-#include "mkmodel.h"
-#include "model.h"
-#include "quant.h"
+#include "format/gguf.h"
+#include "dev/mkmodel.h"
+#include "model/model.h"
+#include "format/quant.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
 

@@ -17,8 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "mkmodel.h"
-#include "model.h"
+#include "dev/mkmodel.h"
+#include "model/model.h"
 
 #define N_PROMPT 32
 #define N_GEN 32

@@ -19,8 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common.h"
-#include "cpu.h"
+#include "core/common.h"
+#include "core/cpu.h"
 #include "tern.h"
 
 /* ---- watchdog ------------------------------------------------------------ */

@@ -22,11 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
-#include "kernels.h"
+#include "core/cpu.h"
+#include "kernels/kernels.h"
 #include "kernels/kquant.h"
-#include "kernels/neon.h"
-#include "quant.h"
+#include "kernels/arm/neon.h"
+#include "format/quant.h"
 
 static const int k_types[3] = {TYPE_Q4_K, TYPE_Q5_K, TYPE_Q6_K};
 

@@ -20,11 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cpu.h"
-#include "kernels.h"
+#include "core/cpu.h"
+#include "kernels/kernels.h"
 #include "kernels/legacy.h"
-#include "kernels/neon.h"
-#include "quant.h"
+#include "kernels/arm/neon.h"
+#include "format/quant.h"
 
 static kern_table_t g_tab;
 

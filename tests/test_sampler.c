@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sampler.h"
+#include "text/sampler.h"
 
 static tern_sampler_params_t neutral(void) {
     tern_sampler_params_t p;

@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "testutil.h"
-#include "common.h"
-#include "gguf.h"
-#include "tokenizer.h"
+#include "core/common.h"
+#include "format/gguf.h"
+#include "text/tokenizer.h"
 
 #define SEP "\n__ggml_vocab_test__\n"
 

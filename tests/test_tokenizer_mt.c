@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "gguf.h"
-#include "tokenizer.h"
+#include "format/gguf.h"
+#include "text/tokenizer.h"
 
 #define N_THREADS 4
 

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 /* Path of a file under ../shared (TERN_SHARED env overrides the build-time
  * default). Returns NULL when the file is absent; the caller then skips with

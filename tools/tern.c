@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "bench.h"
 #include "cmds.h"
 #include "tern.h"
 

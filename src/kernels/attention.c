@@ -17,9 +17,9 @@
  */
 #include <math.h>
 
-#include "attention_impl.h"
-#include "common.h"
-#include "kernels.h"
+#include "kernels/attention_impl.h"
+#include "core/common.h"
+#include "kernels/kernels.h"
 
 #define ATTN_TILE 64
 

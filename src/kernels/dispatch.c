@@ -16,12 +16,12 @@
 #include <stdlib.h>
 #include <strings.h>
 
-#include "common.h"
-#include "cpu.h"
-#include "kernels.h"
-#include "kquant.h"
-#include "legacy.h"
-#include "neon.h"
+#include "core/common.h"
+#include "core/cpu.h"
+#include "kernels/kernels.h"
+#include "kernels/kquant.h"
+#include "kernels/legacy.h"
+#include "kernels/arm/neon.h"
 
 static kern_table_t g_table;
 static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;

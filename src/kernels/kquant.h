@@ -20,7 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 /* The 8 six-bit scales and mins of a Q4_K / Q5_K block, as 8 bytes each
  * (byte j = sub-block j), by whole-word bit operations on scales[12]

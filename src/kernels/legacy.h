@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#include "kernels.h"
+#include "kernels/kernels.h"
 
 /* fp16 -> float for every binary16 bit pattern (exact, = fp16_to_f32).
  * The SIMD block kernels read their fp16 scales through it: a table read is

@@ -20,9 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "common.h"
-#include "kernels.h"
-#include "prefetch.h"
+#include "core/common.h"
+#include "kernels/kernels.h"
+#include "kernels/prefetch.h"
 
 /* ---- per-thread workspace --------------------------------------------- */
 

@@ -8,8 +8,8 @@
  */
 #include <math.h>
 
-#include "common.h"
-#include "kernels.h"
+#include "core/common.h"
+#include "kernels/kernels.h"
 
 void kern_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
     if (n <= 0) return;

@@ -1,3 +1,0 @@
-/* ab_prefetch.h - forced into every file of scripts/ab-prefetch.sh's libtern
- * build (-include): PF_DIST becomes this variable (bench/ab/ab_prefetch.c). */
-extern unsigned long tern_ab_pf_dist;

@@ -1,0 +1,393 @@
+/*
+ * api.c - the public model API of tern.h over the model, tokenizer and
+ * sampler layers: ownership, timings, and the generation loop.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tern.h"
+#include "core/common.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "text/sampler.h"
+#include "text/tokenizer.h"
+
+struct tern_model {
+    model_t *m;
+    tokenizer_t *tok; /* NULL when the file has no usable tokenizer */
+    char tok_err[TERN_ERR_MSG];
+    char type_name[32];
+    char name[128];
+    double load_ms;
+};
+
+struct tern_context {
+    tern_model_t *model;
+    model_ctx_t *mc;
+    char note[256];
+    tern_timings_t t;
+    int (*abort_fn)(void *);
+    void *abort_user;
+};
+
+struct tern_sampler {
+    sampler_t *s;
+};
+
+struct tern_detok {
+    tok_stream_t s;
+};
+
+/* llama.cpp's llama_ftype values as written in general.file_type. */
+static const char *ftype_name(uint64_t ft) {
+    switch (ft) {
+    case 0: return "F32";
+    case 1: return "F16";
+    case 2: return "Q4_0";
+    case 3: return "Q4_1";
+    case 7: return "Q8_0";
+    case 8: return "Q5_0";
+    case 9: return "Q5_1";
+    case 10: return "Q2_K";
+    case 11: return "Q3_K_S";
+    case 12: return "Q3_K_M";
+    case 13: return "Q3_K_L";
+    case 14: return "Q4_K_S";
+    case 15: return "Q4_K_M";
+    case 16: return "Q5_K_S";
+    case 17: return "Q5_K_M";
+    case 18: return "Q6_K";
+    case 32: return "BF16";
+    }
+    return NULL;
+}
+
+tern_model_t *tern_model_load(const char *path, tern_error_t *err) {
+    if (!path) {
+        tern_err(err, TERN_EINVAL, "tern_model_load: NULL path");
+        return NULL;
+    }
+    uint64_t t0 = tern_now_ns();
+    tern_model_t *tm = calloc(1, sizeof *tm);
+    if (!tm) {
+        tern_err(err, TERN_ENOMEM, "out of memory");
+        return NULL;
+    }
+    tm->m = model_load(path, err);
+    if (!tm->m) {
+        free(tm);
+        return NULL;
+    }
+    tern_error_t terr = {0};
+    tm->tok = tok_load(tm->m->file, &terr);
+    if (!tm->tok) snprintf(tm->tok_err, sizeof tm->tok_err, "no usable tokenizer in %.200s: %.280s", path, terr.msg);
+    else if (tok_n_vocab(tm->tok) > tm->m->hp.n_vocab) {
+        snprintf(tm->tok_err, sizeof tm->tok_err, "tokenizer has %d tokens, the model only %lld", tok_n_vocab(tm->tok),
+                 (long long)tm->m->hp.n_vocab);
+        tok_free(tm->tok);
+        tm->tok = NULL;
+    }
+
+    const gguf_file_t *f = tm->m->file;
+    uint64_t ft;
+    const char *tn = NULL;
+    if (gguf_find(f, "general.file_type") && gguf_get_u64(f, "general.file_type", &ft, NULL) == 0) tn = ftype_name(ft);
+    if (tn) snprintf(tm->type_name, sizeof tm->type_name, "%s", tn);
+    else {
+        const char *q = quant_name(tm->m->main_type);
+        size_t i = 0;
+        for (; q[i] && i + 1 < sizeof tm->type_name; i++)
+            tm->type_name[i] = (char)(q[i] >= 'a' && q[i] <= 'z' ? q[i] - 32 : q[i]);
+        tm->type_name[i] = 0;
+    }
+    gguf_str_t s;
+    if (gguf_find(f, "general.name") && gguf_get_str(f, "general.name", &s, NULL) == 0 && s.len > 0) {
+        int n = s.len < sizeof tm->name - 1 ? (int)s.len : (int)sizeof tm->name - 1;
+        snprintf(tm->name, sizeof tm->name, "%.*s", n, s.data);
+    } else {
+        const char *b = strrchr(path, '/');
+        snprintf(tm->name, sizeof tm->name, "%s", b ? b + 1 : path);
+    }
+    tm->load_ms = (double)(tern_now_ns() - t0) / 1e6;
+    return tm;
+}
+
+void tern_model_free(tern_model_t *m) {
+    if (!m) return;
+    tok_free(m->tok);
+    model_free(m->m);
+    free(m);
+}
+
+const char *tern_model_arch(const tern_model_t *m) { return m->m->hp.arch_name; }
+const char *tern_model_type_name(const tern_model_t *m) { return m->type_name; }
+const char *tern_model_name(const tern_model_t *m) { return m->name; }
+int32_t tern_model_n_vocab(const tern_model_t *m) { return (int32_t)m->m->hp.n_vocab; }
+int32_t tern_model_n_layer(const tern_model_t *m) { return (int32_t)m->m->hp.n_layer; }
+int32_t tern_model_n_embd(const tern_model_t *m) { return (int32_t)m->m->hp.n_embd; }
+int32_t tern_model_n_ctx_train(const tern_model_t *m) { return (int32_t)m->m->hp.n_ctx_train; }
+uint64_t tern_model_n_params(const tern_model_t *m) { return m->m->n_params; }
+uint64_t tern_model_file_size(const tern_model_t *m) { return gguf_file_size(m->m->file); }
+uint64_t tern_model_bytes_per_token(const tern_model_t *m) { return m->m->weight_bytes_per_token; }
+double tern_model_load_ms(const tern_model_t *m) { return m->load_ms; }
+
+/* ---- tokens ---- */
+
+int32_t tern_token_bos(const tern_model_t *m) { return m->tok ? tok_bos(m->tok) : -1; }
+int32_t tern_token_eos(const tern_model_t *m) { return m->tok ? tok_eos(m->tok) : -1; }
+int tern_token_is_eog(const tern_model_t *m, int32_t id) { return m->tok ? tok_is_eog(m->tok, id) : 0; }
+int tern_model_add_bos(const tern_model_t *m) { return m->tok ? tok_add_bos(m->tok) : 0; }
+
+int tern_tokenize(const tern_model_t *m, const char *text, size_t len, int add_bos, int parse_special,
+                  int32_t **ids, size_t *n_ids, tern_error_t *err) {
+    if (!m || !ids || !n_ids || (!text && len)) return tern_err(err, TERN_EINVAL, "tern_tokenize: bad arguments");
+    if (!m->tok) return tern_err(err, TERN_EINVAL, "%s", m->tok_err);
+    return tok_encode(m->tok, text ? text : "", len, add_bos != 0, parse_special != 0, ids, n_ids, err);
+}
+
+tern_detok_t *tern_detok_new(const tern_model_t *m, tern_error_t *err) {
+    if (!m->tok) {
+        tern_err(err, TERN_EINVAL, "%s", m->tok_err);
+        return NULL;
+    }
+    tern_detok_t *d = calloc(1, sizeof *d);
+    if (!d) {
+        tern_err(err, TERN_ENOMEM, "out of memory");
+        return NULL;
+    }
+    tok_stream_init(&d->s, m->tok);
+    return d;
+}
+int tern_detok_push(tern_detok_t *d, int32_t id, char *out, size_t cap) { return tok_stream_push(&d->s, id, out, cap); }
+int tern_detok_flush(tern_detok_t *d, char *out, size_t cap) { return tok_stream_flush(&d->s, out, cap); }
+void tern_detok_free(tern_detok_t *d) { free(d); }
+
+int tern_chat_render(const tern_model_t *m, const char *tmpl_name, const tern_chat_msg_t *msgs, size_t n,
+                     int add_assistant, char **out, tern_error_t *err) {
+    chat_tmpl_t t = tmpl_name && *tmpl_name ? chat_from_name(tmpl_name) : chat_detect(m->m->file);
+    if (t == CHAT_UNKNOWN)
+        return tern_err(err, TERN_EUNSUP,
+                        tmpl_name && *tmpl_name ? "unknown chat template '%s' (chatml, llama3, llama2, mistral, phi3)"
+                                                : "%sthe model's chat template is not one tern knows; choose one with "
+                                                  "--chat-template (chatml, llama3, llama2, mistral, phi3)",
+                        tmpl_name ? tmpl_name : "");
+    chat_msg_t *cm = calloc(n ? n : 1, sizeof *cm);
+    if (!cm) return tern_err(err, TERN_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        cm[i].role = msgs[i].role;
+        cm[i].content = msgs[i].content;
+    }
+    int rc = chat_render(t, cm, n, add_assistant != 0, out, err);
+    free(cm);
+    return rc;
+}
+
+/* ---- contexts ---- */
+
+tern_context_params_t tern_context_default_params(void) {
+    tern_context_params_t p = {0};
+    p.n_batch = 512;
+    return p;
+}
+
+tern_context_t *tern_context_create(tern_model_t *m, const tern_context_params_t *p, tern_error_t *err) {
+    if (!m) {
+        tern_err(err, TERN_EINVAL, "tern_context_create: NULL model");
+        return NULL;
+    }
+    tern_context_params_t dp = tern_context_default_params();
+    if (!p) p = &dp;
+    tern_context_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        tern_err(err, TERN_ENOMEM, "out of memory");
+        return NULL;
+    }
+    c->model = m;
+    model_ctx_params_t mp = model_ctx_default_params();
+    mp.n_threads = p->n_threads;
+    mp.n_ctx = p->n_ctx;
+    mp.n_batch = p->n_batch;
+    mp.kv_f32 = p->kv_f32 != 0;
+    mp.profile = p->profile != 0;
+    c->mc = model_ctx_new(m->m, &mp, c->note, sizeof c->note, err);
+    if (!c->mc) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void tern_context_free(tern_context_t *c) {
+    if (!c) return;
+    model_ctx_free(c->mc);
+    free(c);
+}
+
+const char *tern_context_note(const tern_context_t *c) { return c->note; }
+int32_t tern_context_n_ctx(const tern_context_t *c) { return (int32_t)model_ctx_n_ctx(c->mc); }
+int32_t tern_context_pos(const tern_context_t *c) { return (int32_t)model_ctx_pos(c->mc); }
+int32_t tern_context_threads(const tern_context_t *c) { return model_ctx_threads(c->mc); }
+int tern_context_set_threads(tern_context_t *c, int32_t n, tern_error_t *err) {
+    return model_ctx_set_threads(c->mc, n, err);
+}
+int tern_context_truncate(tern_context_t *c, int32_t pos, tern_error_t *err) {
+    return model_ctx_truncate(c->mc, pos, err);
+}
+void tern_context_set_abort(tern_context_t *c, int (*fn)(void *), void *user) {
+    c->abort_fn = fn;
+    c->abort_user = user;
+}
+
+/* kind: 1 prompt, 0 generation. */
+static int eval_kind(tern_context_t *c, const int32_t *ids, int32_t n, float *logits_all, int prompt,
+                     tern_error_t *err) {
+    if (!c || n < 0 || (n > 0 && !ids)) return tern_err(err, TERN_EINVAL, "tern_eval: bad arguments");
+    if (n == 0) return 0;
+    int64_t room = model_ctx_n_ctx(c->mc) - model_ctx_pos(c->mc);
+    if (n > room)
+        return tern_err(err, TERN_EINVAL, "context full: %lld positions + %d new > context size %lld",
+                        (long long)model_ctx_pos(c->mc), n, (long long)model_ctx_n_ctx(c->mc));
+    const int64_t V = c->model->m->hp.n_vocab;
+    /* Block by block, so that the abort callback runs between blocks. */
+    const int64_t step = model_ctx_n_batch(c->mc);
+    uint64_t d0 = tern_pool_dispatch_count(), t0 = tern_now_ns();
+    int rc = 0;
+    for (int64_t off = 0; off < n && rc == 0; off += step) {
+        if (off > 0 && c->abort_fn && c->abort_fn(c->abort_user)) {
+            rc = tern_err(err, TERN_EINVAL, "evaluation aborted after %lld of %d tokens", (long long)off, n);
+            break;
+        }
+        int64_t k = n - off < step ? n - off : step;
+        rc = model_eval(c->mc, ids + off, k, logits_all ? logits_all + off * V : NULL, err);
+    }
+    uint64_t dt = tern_now_ns() - t0, dd = tern_pool_dispatch_count() - d0;
+    if (prompt) {
+        c->t.n_prompt += n;
+        c->t.prompt_ns += dt;
+        c->t.prompt_dispatches += dd;
+    } else {
+        c->t.n_gen += n;
+        c->t.gen_ns += dt;
+        c->t.gen_dispatches += dd;
+    }
+    return rc;
+}
+
+int tern_eval(tern_context_t *c, const int32_t *ids, int32_t n, float *logits_all, tern_error_t *err) {
+    return eval_kind(c, ids, n, logits_all, n > 1, err);
+}
+
+const float *tern_get_logits(const tern_context_t *c) { return model_ctx_logits(c->mc); }
+
+void tern_context_timings(const tern_context_t *c, tern_timings_t *t) { *t = c->t; }
+void tern_context_timings_reset(tern_context_t *c) {
+    memset(&c->t, 0, sizeof c->t);
+    model_ctx_prof_reset(c->mc);
+}
+
+void tern_context_profile(const tern_context_t *c, tern_profile_t *p) {
+    const model_prof_t *mp = model_ctx_prof(c->mc);
+    p->qkv = mp->qkv;
+    p->attn = mp->attn;
+    p->wo = mp->wo;
+    p->ffn_up = mp->ffn_up;
+    p->ffn_down = mp->ffn_down;
+    p->output = mp->output;
+    p->small = mp->small;
+    p->n_tokens = (int64_t)mp->n_tokens;
+}
+
+const char *tern_isa_name(void) { return kern_isa_name(kern_isa_active()); }
+
+/* ---- sampling ---- */
+
+tern_sampler_params_t tern_sampler_default_params(void) {
+    tern_sampler_params_t p = {0};
+    p.temp = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.repeat_penalty = 1.0f;
+    p.repeat_last_n = 64;
+    p.seed = 0x7e57;
+    return p;
+}
+
+tern_sampler_t *tern_sampler_create(const tern_model_t *m, const tern_sampler_params_t *p, tern_error_t *err) {
+    if (!m || !p) {
+        tern_err(err, TERN_EINVAL, "tern_sampler_create: bad arguments");
+        return NULL;
+    }
+    tern_sampler_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        tern_err(err, TERN_ENOMEM, "out of memory");
+        return NULL;
+    }
+    s->s = sampler_new(p, (int32_t)m->m->hp.n_vocab, err);
+    if (!s->s) {
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+void tern_sampler_free(tern_sampler_t *s) {
+    if (!s) return;
+    sampler_free(s->s);
+    free(s);
+}
+int32_t tern_sampler_sample(tern_sampler_t *s, const float *logits) { return sampler_sample(s->s, logits); }
+void tern_sampler_accept(tern_sampler_t *s, int32_t id) { sampler_accept(s->s, id); }
+void tern_sampler_reset(tern_sampler_t *s) { sampler_reset(s->s); }
+
+/* ---- generation ---- */
+
+int tern_generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, int32_t n_prompt, int32_t n_predict,
+                  tern_token_cb cb, void *user, int32_t *n_generated, tern_error_t *err) {
+    if (n_generated) *n_generated = 0;
+    if (!c || !s || n_prompt < 0 || (n_prompt > 0 && !prompt))
+        return tern_err(err, TERN_EINVAL, "tern_generate: bad arguments");
+    if (n_prompt == 0 && model_ctx_pos(c->mc) == 0)
+        return tern_err(err, TERN_EINVAL, "tern_generate: empty prompt and empty context (nothing to continue)");
+    int rc = eval_kind(c, prompt, n_prompt, NULL, 1, err);
+    if (rc) return rc;
+    for (int32_t i = 0; i < n_prompt; i++) sampler_accept(s->s, prompt[i]);
+
+    const tern_model_t *m = c->model;
+    tok_stream_t ds;
+    if (m->tok) {
+        tok_stream_init(&ds, m->tok);
+        /* SPM drops the leading space of the first piece of a text; after a
+         * prompt (more than BOS) the generated text continues it instead. */
+        if (model_ctx_pos(c->mc) > 1) ds.first = false;
+    }
+    char text[512];
+    int32_t ng = 0;
+    bool stop = false;
+    while (ng < n_predict && !stop) {
+        uint64_t t0 = tern_now_ns();
+        int32_t id = sampler_sample(s->s, model_ctx_logits(c->mc));
+        c->t.sample_ns += tern_now_ns() - t0;
+        c->t.n_sample++;
+        sampler_accept(s->s, id);
+        bool eog = m->tok && tok_is_eog(m->tok, id);
+        int len = 0;
+        if (m->tok && !eog) {
+            len = tok_stream_push(&ds, id, text, sizeof text);
+            if (len < 0) len = 0;
+        }
+        ng++;
+        if (cb && cb(id, m->tok ? text : NULL, (size_t)len, user)) stop = true;
+        if (eog) break;
+        /* Every reported token except an end-of-generation one goes into the
+         * cache, so a later call (chat) continues exactly after it. */
+        if (model_ctx_pos(c->mc) >= model_ctx_n_ctx(c->mc)) break;
+        if ((rc = eval_kind(c, &id, 1, NULL, 0, err))) break;
+    }
+    if (m->tok && cb) {
+        int len = tok_stream_flush(&ds, text, sizeof text);
+        if (len > 0) cb(-1, text, (size_t)len, user);
+    }
+    if (n_generated) *n_generated = ng;
+    return rc;
+}

@@ -1,0 +1,221 @@
+/*
+ * kernels.h - the compute kernels: matvec, two-input matvec, GEMM, attention
+ * and the small ops, over every weight format of quant.h, with a scalar
+ * reference per kernel and SIMD variants chosen at run time.
+ *
+ * Determinism contract: every output element is computed by exactly one
+ * thread, always by the same per-format dot function with the same
+ * accumulation order. The per-format dot function computes up to
+ * KERN_MAX_COLS columns at once and each column's result is bit-identical to
+ * computing that column alone. Matvec (1 column), the two-input matvec
+ * (2 columns) and GEMM (tiles of columns) all go through it, so a position
+ * gives the same bits in prefill and in decode, at any thread count. Results
+ * may differ between ISAs (float summation order), never within one.
+ */
+#ifndef TERN_KERNELS_H
+#define TERN_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format/quant.h"
+#include "tern_pool.h"
+
+typedef enum { ISA_SCALAR = 0, ISA_AVX2 = 1, ISA_AVX512 = 2, ISA_NEON = 3, ISA_COUNT = 4 } kern_isa_t;
+
+#define KERN_MAX_COLS 4
+
+/* out[c] = dot(weight row w, activation column c) for c < ncols, where
+ * column c's quantized activations start at (const char *)xa + c * xa_stride.
+ * k = row length in elements. */
+typedef void (*kern_dot_fn)(int64_t k, const void *w, const void *xa, size_t xa_stride, int ncols,
+                            float *out);
+/* Quantize one activation row of k floats into the weight format's
+ * activation type (Q8_0, Q8_1, Q8_K, or a plain copy for float formats). */
+typedef void (*kern_act_fn)(const float *x, void *xa, int64_t k);
+
+/* Optional fast GEMM of a (type, isa), used by kern_gemm / kern_gemm_multi
+ * for n >= KERN_GEMM_MIN_COLS columns (fewer go through the dot fn in tiles
+ * of KERN_MAX_COLS columns).
+ *
+ * Contract: y[c * ldy + r] = dot(row r, column c), BIT-IDENTICAL to the same
+ * entry's dot fn (and so to kern_matvec) for every row and column, whatever
+ * n, nrows or the tiling inside run. A format whose GEMM cannot promise that
+ * must not register one.
+ *
+ * The columns arrive as the entry's act fn wrote them (column c at xa + c *
+ * xa_stride). Where run wants another layout (e.g. 16 columns interleaved so
+ * that one vector holds the same k-slice of every column), prep lays out one
+ * group of up to KERN_GEMM_GROUP columns at a time into group_size(k) bytes;
+ * the driver runs it once per call for every group (in parallel), before
+ * any run. Lanes past the last column of a partial group must be written
+ * (zeros are fine): run may compute on them, it never stores them. */
+#define KERN_GEMM_GROUP 16
+#define KERN_GEMM_MIN_COLS (KERN_MAX_COLS + 1)
+typedef struct {
+    int64_t k, n;           /* row length; columns */
+    const void *xa;         /* act rows: column c at (const char *)xa + c * xa_stride */
+    size_t xa_stride;
+    const void *xg;         /* prep's groups: group g at (const char *)xg + g * xg_group; NULL without prep */
+    size_t xg_group;
+} kern_gemm_args_t;
+typedef struct {
+    /* NULL: run reads the act rows. Else: bytes of one group (0 on overflow
+     * or a bad k), and the function that fills one group from ncols (1..16)
+     * act rows starting at column 16g. */
+    size_t (*group_size)(int64_t k);
+    void (*prep)(int64_t k, const void *xa, size_t xa_stride, int ncols, void *xg);
+    /* Bytes of 64-aligned per-thread scratch run needs (NULL: none). The
+     * driver keeps one grow-only scratch per thread (no allocation once it
+     * is large enough). */
+    size_t (*scratch_size)(int64_t k);
+    /* Rows 0..nrows-1 of w (row r at (const char *)w + r * row_bytes), all
+     * a->n columns: y[c * ldy + r]. */
+    void (*run)(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y, int64_t ldy,
+                void *scratch);
+} kern_gemm_t;
+
+typedef struct {
+    kern_dot_fn dot;  /* NULL: not available for this (type, isa) */
+    kern_act_fn act;
+    const kern_gemm_t *gemm; /* NULL: GEMM goes through dot */
+} kern_ops_t;
+
+/* The table, filled once by the per-family register functions below:
+ * table[type][isa]. A family fills the entries it implements; the scalar
+ * entry of every weight type must be filled (it is the oracle). */
+typedef kern_ops_t kern_table_t[TYPE_COUNT][ISA_COUNT];
+void kern_register_float(kern_table_t t);   /* F32, F16, BF16 */
+void kern_register_legacy(kern_table_t t);  /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 */
+void kern_register_kquant(kern_table_t t);  /* Q4_K, Q5_K, Q6_K */
+
+/* ISA: best the CPU supports, or TERN_ISA=scalar|avx2|avx512 (clamped to
+ * what the CPU supports, with a warning on stderr).
+ * ISA_AVX2 means AVX2 + FMA + F16C. ISA_AVX512 means AVX-512 F/BW/VL/DQ +
+ * VNNI on top of that (the *_avx512.c files are compiled with those; a
+ * register function using AVX512-BF16 instructions must itself check
+ * cpu_features()->avx512bf16 before filling an entry with them). */
+kern_isa_t kern_isa_active(void);
+kern_isa_t kern_isa_best(void); /* best supported by this CPU */
+/* Tests and benchmarks: force an ISA for the whole process (all threads).
+ * An ISA the CPU lacks is clamped to kern_isa_best() with a warning. */
+void kern_isa_set(kern_isa_t isa);
+const char *kern_isa_name(kern_isa_t isa);
+int kern_isa_from_name(const char *name); /* -1 if unknown */
+/* Ops of a weight type for an ISA, falling back to lower ISAs where an entry
+ * is missing (an entry counts only with both dot and act set, since a dot
+ * fn reads what its own act fn wrote); an ISA the CPU lacks is clamped to
+ * kern_isa_best(). NULL when the type has no kernel at all. Thread-safe;
+ * the table is filled on first use. */
+const kern_ops_t *kern_ops(int type, kern_isa_t isa);
+
+/* Several weight rows in one call, read block by block in lockstep, for
+ * memory-bound matvecs: one sequential stream per core leaves bandwidth
+ * unused, several far-apart streams do not. out[r * ncols + c] = dot(row
+ * w[r], column c), bit-identical to the ops' dot of the same (type, isa).
+ * 1 <= nrows <= KERN_MAX_ROWS. */
+#define KERN_MAX_ROWS 4
+typedef void (*kern_rows_fn)(int64_t k, const void *const *w, int nrows, const void *xa, size_t xa_stride,
+                             int ncols, float *out);
+/* The rows function matching kern_ops(type, isa)'s dot, or NULL when the
+ * format has none (then call the dot row by row). */
+kern_rows_fn kern_rows(int type, kern_isa_t isa);
+
+/* Bytes of the quantized activation row for a weight type and row length:
+ * a row of its traits' act_type (so 4k for the float formats). An act fn may
+ * write less than this (e.g. bf16 activations) but never more. 0 when the
+ * type is unknown, k is not a multiple of the block size, or on overflow. */
+size_t kern_act_size(int type, int64_t k);
+
+/* A weight matrix: rows x cols (cols = k = row length), row-major blocks. */
+typedef struct {
+    int type;
+    int64_t rows, cols;
+    size_t row_bytes;
+    const void *data;
+} kern_mat_t;
+
+/* Drivers. All of them: pool may be NULL (serial); return 0, or TERN_EINVAL
+ * with a message for a bad argument (unknown or non-weight type, shapes that
+ * do not match, row_bytes smaller than a row, NULL pointers), TERN_EUNSUP
+ * for a weight type without a registered kernel, TERN_ENOMEM, or the pool's
+ * error. Outputs must not overlap inputs. The activations are quantized once
+ * per call on the caller's thread into a grow-only per-thread workspace (no
+ * allocation once it is large enough; kern_thread_release frees it), then the
+ * rows go out in ONE pool dispatch (GEMM with many columns: one more
+ * dispatch to quantize the columns in parallel). Kernels follow
+ * kern_isa_active() at the time of the call. */
+
+/* y[r] = W[r] . x for all rows. */
+int kern_matvec(tern_pool_t *pool, const kern_mat_t *w, const float *x, float *y, tern_error_t *err);
+/* Several matrices that share one input (Q/K/V, gate/up) in ONE dispatch;
+ * they may differ in type and rows, not in cols. 1 <= n <= KERN_MAX_MULTI. */
+#define KERN_MAX_MULTI 16
+int kern_matvec_multi(tern_pool_t *pool, int n, const kern_mat_t *const *w, const float *x, float *const *y,
+                      tern_error_t *err);
+/* Two inputs, one pass over the weights: y0 = W x0, y1 = W x1; bit-identical
+ * to two kern_matvec calls. */
+int kern_matvec2(tern_pool_t *pool, const kern_mat_t *w, const float *x0, const float *x1, float *y0,
+                 float *y1, tern_error_t *err);
+/* GEMM: Y[j][r] = W[r] . X[j] for j < n columns; X is n x cols (row stride
+ * ldx floats), Y is n x rows (row stride ldy). Column j bit-identical to
+ * kern_matvec of X[j]. Several matrices sharing X in one dispatch: gemm_multi. */
+int kern_gemm(tern_pool_t *pool, const kern_mat_t *w, int64_t n, const float *x, int64_t ldx, float *y,
+              int64_t ldy, tern_error_t *err);
+int kern_gemm_multi(tern_pool_t *pool, int nm, const kern_mat_t *const *w, int64_t n, const float *x,
+                    int64_t ldx, float *const *y, const int64_t *ldy, tern_error_t *err);
+
+/* Attention over a KV cache. Cache layout: [pos][n_kv_heads][head_dim], in
+ * F32 or F16 (kv_type TYPE_F32 / TYPE_F16). For query position i of a block
+ * of nq queries starting at position pos0, keys 0..pos0+i are visited
+ * (causal); the cache must hold positions 0..pos0+nq-1. q: nq x n_heads x
+ * head_dim; out same shape. Work items are (query, GQA group) pairs over the
+ * pool: a GQA group (n_heads / n_kv_heads query heads, which share one K/V
+ * head) stays on one thread. scale is usually 1/sqrt(head_dim). Softmax is
+ * computed in float with max subtraction over fixed tiles of keys (online
+ * rescaling between tiles), so no scratch is needed and a query's result
+ * does not depend on nq, pos0 splitting or the thread count (only on the
+ * ISA). head_dim <= KERN_ATTN_MAX_HEAD_DIM. Returns 0 or TERN_EINVAL. */
+#define KERN_ATTN_MAX_HEAD_DIM 1024
+typedef struct {
+    int n_heads, n_kv_heads, head_dim;
+    int kv_type;
+    const void *k_cache, *v_cache;
+    float scale;
+} kern_attn_t;
+int kern_attention(tern_pool_t *pool, const kern_attn_t *a, int64_t pos0, int64_t nq, const float *q,
+                   float *out, tern_error_t *err);
+
+/* Frees the calling thread's kernel workspace (it is also freed when the
+ * thread exits); the next driver call grows it again. */
+void kern_thread_release(void);
+
+/* Small ops (caller's thread; cheap vector work). Scalar and deterministic,
+ * following llama.cpp's arithmetic:
+ * rmsnorm: out = (x * (1 / sqrtf(mean(x^2) + eps))) * w, the sum of squares
+ *   accumulated in double; w may be NULL (no weight).
+ * layernorm: mean and variance accumulated in double; w, b may be NULL.
+ * out may equal x for both. */
+void kern_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
+void kern_layernorm(float *out, const float *x, const float *w, const float *b, int64_t n, float eps);
+/* RoPE on one vector of n_heads heads of head_dim at position pos.
+ * neox=0: pairs (2i, 2i+1); neox=1: pairs (i, i + n_dims/2), i < n_dims/2.
+ * Dims n_dims..head_dim-1 are left as they are.
+ * freq_factors (may be NULL): per pair divisor of the frequency (llama3 rope
+ * scaling precomputes them). Angle of pair i, as llama.cpp computes it:
+ * theta_i = freq_scale * (pos * s^i) / freq_factors[i] with
+ * s = powf(freq_base, -2/n_dims) and s^i an iterated float product.
+ * n_dims must be even and <= head_dim (else TERN_CHECK: a model bug). */
+typedef struct {
+    float freq_base;
+    float freq_scale; /* linear scaling: position multiplier, 1 = none */
+    const float *freq_factors;
+    int neox;
+    int n_dims; /* rotated dims per head (<= head_dim), usually head_dim */
+} kern_rope_t;
+void kern_rope(const kern_rope_t *r, float *x, int n_heads, int head_dim, int64_t pos);
+void kern_silu_mul(float *gate, const float *up, int64_t n); /* gate = silu(gate) * up */
+void kern_add(float *y, const float *x, int64_t n);         /* y += x */
+void kern_softmax(float *x, int64_t n); /* max subtracted; sum in double */
+
+#endif

@@ -1,0 +1,774 @@
+/*
+ * model.c - Llama-family models: hyperparameters and tensors from GGUF, the
+ * KV cache, and the forward pass (see model.h).
+ *
+ * Supported architectures and how they differ:
+ *   llama  (TinyStories, Llama 2/3/3.x, SmolLM/SmolLM2, Mistral): RoPE on
+ *          adjacent pairs (2i, 2i+1) (the converter permutes HF's Q/K rows so
+ *          that this layout is right), optional Llama 3 frequency factors.
+ *   qwen2  (Qwen2, Qwen2.5): biases on Q, K and V; NeoX RoPE (i, i + d/2).
+ *   qwen3  : RMSNorm of each Q and K head before RoPE; NeoX RoPE; head_dim
+ *            from attention.key_length (not n_embd / n_head).
+ * All: RMSNorm, SwiGLU feed-forward, grouped-query attention, output matrix
+ * stored (output.weight) or tied to token_embd.weight.
+ */
+#define _GNU_SOURCE
+#include "model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/common.h"
+#include "format/quant.h"
+
+/* Upper bounds on hyperparameters from a file: far above any real model,
+ * low enough that every product below fits easily in 64 bits. */
+#define MAX_EMBD (1 << 16)
+#define MAX_FF (1 << 20)
+#define MAX_LAYER 1024
+#define MAX_HEAD 1024
+#define MAX_HEAD_DIM 1024
+#define MAX_VOCAB (1 << 22)
+#define MAX_CTX (1 << 24)
+
+const char *model_arch_name(model_arch_t a) {
+    switch (a) {
+    case ARCH_LLAMA: return "llama";
+    case ARCH_QWEN2: return "qwen2";
+    case ARCH_QWEN3: return "qwen3";
+    }
+    return "?";
+}
+
+/* ---- hyperparameters ------------------------------------------------------ */
+
+static bool has_arch_key(const gguf_file_t *f, const char *suffix) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", gguf_arch(f), suffix);
+    return gguf_find(f, key) != NULL;
+}
+
+/* An integer key "<arch>.<suffix>" in [lo, hi]; absent -> def (def < 0: required). */
+static int get_int(const gguf_file_t *f, const char *suffix, int64_t def, int64_t lo, int64_t hi, int64_t *out,
+                   tern_error_t *err) {
+    if (!has_arch_key(f, suffix)) {
+        if (def < 0)
+            return tern_err(err, TERN_EFORMAT, "model: required key '%s.%s' is missing", gguf_arch(f), suffix);
+        *out = def;
+        return 0;
+    }
+    uint64_t v;
+    int rc = gguf_get_arch_u64(f, suffix, &v, err);
+    if (rc) return rc;
+    if (v < (uint64_t)lo || v > (uint64_t)hi)
+        return tern_err(err, TERN_EFORMAT, "model: key '%s.%s' = %llu out of range [%lld, %lld]", gguf_arch(f),
+                        suffix, (unsigned long long)v, (long long)lo, (long long)hi);
+    *out = (int64_t)v;
+    return 0;
+}
+
+static int get_float(const gguf_file_t *f, const char *suffix, float def, float *out, tern_error_t *err) {
+    if (!has_arch_key(f, suffix)) {
+        *out = def;
+        return 0;
+    }
+    int rc = gguf_get_arch_f32(f, suffix, out, err);
+    if (rc) return rc;
+    if (!isfinite(*out))
+        return tern_err(err, TERN_EFORMAT, "model: key '%s.%s' is not a finite number", gguf_arch(f), suffix);
+    return 0;
+}
+
+static int get_arch_str(const gguf_file_t *f, const char *suffix, char *out, size_t cap, tern_error_t *err) {
+    out[0] = 0;
+    if (!has_arch_key(f, suffix)) return 0;
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", gguf_arch(f), suffix);
+    gguf_str_t s;
+    int rc = gguf_get_str(f, key, &s, err);
+    if (rc) return rc;
+    size_t n = s.len < cap - 1 ? (size_t)s.len : cap - 1;
+    memcpy(out, s.data, n);
+    out[n] = 0;
+    return 0;
+}
+
+static int read_hparams(const gguf_file_t *f, model_hparams_t *hp, tern_error_t *err) {
+    memset(hp, 0, sizeof *hp);
+    const char *arch = gguf_arch(f);
+    if (!arch) return tern_err(err, TERN_EFORMAT, "model: key 'general.architecture' is missing");
+    if (!strcmp(arch, "llama"))
+        hp->arch = ARCH_LLAMA;
+    else if (!strcmp(arch, "qwen2"))
+        hp->arch = ARCH_QWEN2;
+    else if (!strcmp(arch, "qwen3"))
+        hp->arch = ARCH_QWEN3;
+    else
+        return tern_err(err, TERN_EUNSUP, "model: architecture '%.64s' is not supported (supported: llama, qwen2, qwen3)",
+                        arch);
+    snprintf(hp->arch_name, sizeof hp->arch_name, "%s", arch);
+
+    int rc;
+    if ((rc = get_int(f, "embedding_length", -1, 1, MAX_EMBD, &hp->n_embd, err)) ||
+        (rc = get_int(f, "block_count", -1, 1, MAX_LAYER, &hp->n_layer, err)) ||
+        (rc = get_int(f, "feed_forward_length", -1, 1, MAX_FF, &hp->n_ff, err)) ||
+        (rc = get_int(f, "attention.head_count", -1, 1, MAX_HEAD, &hp->n_head, err)) ||
+        (rc = get_int(f, "attention.head_count_kv", hp->n_head, 1, MAX_HEAD, &hp->n_head_kv, err)) ||
+        (rc = get_int(f, "context_length", 2048, 1, MAX_CTX, &hp->n_ctx_train, err)))
+        return rc;
+    if (hp->n_head % hp->n_head_kv)
+        return tern_err(err, TERN_EFORMAT, "model: head_count %lld is not a multiple of head_count_kv %lld",
+                        (long long)hp->n_head, (long long)hp->n_head_kv);
+    int64_t def_hd = hp->n_embd % hp->n_head ? -1 : hp->n_embd / hp->n_head;
+    if ((rc = get_int(f, "attention.key_length", def_hd, 2, MAX_HEAD_DIM, &hp->head_dim, err))) return rc;
+    int64_t vd;
+    if ((rc = get_int(f, "attention.value_length", hp->head_dim, 1, MAX_HEAD_DIM, &vd, err))) return rc;
+    if (vd != hp->head_dim)
+        return tern_err(err, TERN_EUNSUP, "model: value_length %lld != key_length %lld is not supported",
+                        (long long)vd, (long long)hp->head_dim);
+    if (hp->head_dim % 2)
+        return tern_err(err, TERN_EFORMAT, "model: head dimension %lld is odd", (long long)hp->head_dim);
+    if ((rc = get_int(f, "rope.dimension_count", hp->head_dim, 2, hp->head_dim, &hp->n_rot, err))) return rc;
+    if (hp->n_rot % 2) return tern_err(err, TERN_EFORMAT, "model: rope.dimension_count %lld is odd", (long long)hp->n_rot);
+    if ((rc = get_float(f, "attention.layer_norm_rms_epsilon", 1e-5f, &hp->rms_eps, err)) ||
+        (rc = get_float(f, "rope.freq_base", 10000.0f, &hp->rope_freq_base, err)))
+        return rc;
+    if (hp->rms_eps <= 0 || hp->rms_eps > 1)
+        return tern_err(err, TERN_EFORMAT, "model: rms epsilon %g out of range", (double)hp->rms_eps);
+    if (hp->rope_freq_base <= 1)
+        return tern_err(err, TERN_EFORMAT, "model: rope.freq_base %g out of range", (double)hp->rope_freq_base);
+    hp->rope_freq_scale = 1.0f;
+    hp->rope_neox = hp->arch != ARCH_LLAMA;
+    return 0;
+}
+
+/* ---- tensors --------------------------------------------------------------- */
+
+typedef struct {
+    model_t *m;
+    float *store; /* next free float of m->f32_store */
+    float *store_end;
+} binder_t;
+
+static int bind_mat(binder_t *b, const char *name, int64_t rows, int64_t cols, bool optional, kern_mat_t *out,
+                    tern_error_t *err) {
+    memset(out, 0, sizeof *out);
+    const gguf_file_t *f = b->m->file;
+    if (optional && !gguf_tensor_find(f, name)) return 0;
+    const int64_t want[2] = {cols, rows};
+    const gguf_tensor_t *t = gguf_tensor_get(f, name, 2, want, NULL, err);
+    if (!t) {
+        if (!gguf_tensor_find(f, name))
+            return tern_err(err, TERN_EFORMAT, "model (%s): tensor '%s' is missing", b->m->hp.arch_name, name);
+        return err ? err->code : TERN_EFORMAT; /* the reader's message names the tensor and the shape */
+    }
+    const quant_traits_t *tr = quant_traits(t->type);
+    if (!tr || !tr->weight || !kern_ops(t->type, kern_isa_active()))
+        return tern_err(err, TERN_EUNSUP, "model: tensor '%s' has type %s, which has no matrix kernel", name,
+                        quant_name(t->type));
+    out->type = t->type;
+    out->rows = rows;
+    out->cols = cols;
+    out->row_bytes = quant_row_size(t->type, cols);
+    out->data = t->data;
+    if (out->row_bytes == 0 || (uint64_t)out->row_bytes * (uint64_t)rows != t->size)
+        return tern_err(err, TERN_EFORMAT, "model: tensor '%s': %llu bytes for %lld x %lld %s", name,
+                        (unsigned long long)t->size, (long long)rows, (long long)cols, quant_name(t->type));
+    b->m->n_params += (uint64_t)rows * (uint64_t)cols;
+    return 0;
+}
+
+/* A vector (norm weight, bias, rope factors) dequantized into the model's own
+ * float store, so that its alignment and type never matter to the kernels. */
+static int bind_vec(binder_t *b, const char *name, int64_t n, bool optional, const float **out, tern_error_t *err) {
+    *out = NULL;
+    const gguf_file_t *f = b->m->file;
+    if (optional && !gguf_tensor_find(f, name)) return 0;
+    const int64_t want[1] = {n};
+    const gguf_tensor_t *t = gguf_tensor_get(f, name, 1, want, NULL, err);
+    if (!t) {
+        if (!gguf_tensor_find(f, name))
+            return tern_err(err, TERN_EFORMAT, "model (%s): tensor '%s' is missing", b->m->hp.arch_name, name);
+        return err ? err->code : TERN_EFORMAT;
+    }
+    TERN_CHECK(b->store + n <= b->store_end);
+    if (quant_dequantize_row(t->type, t->data, b->store, n) != 0)
+        return tern_err(err, TERN_EUNSUP, "model: tensor '%s' of type %s cannot be read as %lld floats", name,
+                        quant_name(t->type), (long long)n);
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(b->store[i]))
+            return tern_err(err, TERN_EFORMAT, "model: tensor '%s' element %lld is not finite", name, (long long)i);
+    *out = b->store;
+    b->store += n;
+    b->m->n_params += (uint64_t)n;
+    return 0;
+}
+
+/* Llama 3 RoPE scaling from keys, when the file has no rope_freqs tensor:
+ * wavelengths shorter than orig_ctx / high_freq_factor are kept, longer than
+ * orig_ctx / low_freq_factor are divided by factor, and those in between are
+ * blended (Llama 3.1's published rule). */
+static int llama3_factors(binder_t *b, tern_error_t *err) {
+    const gguf_file_t *f = b->m->file;
+    model_hparams_t *hp = &b->m->hp;
+    float factor, lo, hi, orig;
+    int rc;
+    if ((rc = get_float(f, "rope.scaling.factor", 8.0f, &factor, err)) ||
+        (rc = get_float(f, "rope.scaling.low_freq_factor", 1.0f, &lo, err)) ||
+        (rc = get_float(f, "rope.scaling.high_freq_factor", 4.0f, &hi, err)) ||
+        (rc = get_float(f, "rope.scaling.original_context_length", 8192.0f, &orig, err)))
+        return rc;
+    if (factor <= 0 || lo <= 0 || hi <= lo || orig <= 0)
+        return tern_err(err, TERN_EFORMAT, "model: llama3 rope scaling keys out of range");
+    int64_t np = hp->n_rot / 2;
+    TERN_CHECK(b->store + np <= b->store_end);
+    float *fac = b->store;
+    const double lo_wl = orig / lo, hi_wl = orig / hi;
+    for (int64_t i = 0; i < np; i++) {
+        double freq = pow(hp->rope_freq_base, -2.0 * (double)i / (double)hp->n_rot);
+        double wl = 2.0 * M_PI / freq;
+        if (wl < hi_wl)
+            fac[i] = 1.0f;
+        else if (wl > lo_wl)
+            fac[i] = factor;
+        else {
+            double smooth = (orig / wl - lo) / (hi - lo);
+            fac[i] = (float)(1.0 / ((1.0 - smooth) / factor + smooth));
+        }
+    }
+    b->m->rope_factors = fac;
+    b->store += np;
+    return 0;
+}
+
+static int bind_rope(binder_t *b, tern_error_t *err) {
+    const gguf_file_t *f = b->m->file;
+    model_hparams_t *hp = &b->m->hp;
+    int rc;
+    if (gguf_tensor_find(f, "rope_freqs.weight")) {
+        if ((rc = bind_vec(b, "rope_freqs.weight", hp->n_rot / 2, false, &b->m->rope_factors, err))) return rc;
+        for (int64_t i = 0; i < hp->n_rot / 2; i++)
+            if (!(b->m->rope_factors[i] > 0))
+                return tern_err(err, TERN_EFORMAT, "model: rope_freqs.weight[%lld] is not positive", (long long)i);
+        hp->has_rope_factors = true;
+        return 0;
+    }
+    char type[32];
+    if ((rc = get_arch_str(f, "rope.scaling.type", type, sizeof type, err))) return rc;
+    if (!type[0] || !strcmp(type, "none")) {
+        if (has_arch_key(f, "rope.scaling.low_freq_factor") && hp->arch == ARCH_LLAMA) strcpy(type, "llama3");
+        else return 0;
+    }
+    if (!strcmp(type, "linear")) {
+        float factor;
+        if ((rc = get_float(f, "rope.scaling.factor", 1.0f, &factor, err))) return rc;
+        if (factor < 1.0f || factor > 1024.0f)
+            return tern_err(err, TERN_EFORMAT, "model: rope.scaling.factor %g out of range", (double)factor);
+        hp->rope_freq_scale = 1.0f / factor;
+        return 0;
+    }
+    if (!strcmp(type, "llama3")) {
+        if ((rc = llama3_factors(b, err))) return rc;
+        hp->has_rope_factors = true;
+        return 0;
+    }
+    return tern_err(err, TERN_EUNSUP, "model: rope scaling type '%s' is not supported (linear, llama3)", type);
+}
+
+static uint64_t mat_bytes(const kern_mat_t *w) { return w->data ? (uint64_t)w->row_bytes * (uint64_t)w->rows : 0; }
+
+static int bind_tensors(model_t *m, tern_error_t *err) {
+    model_hparams_t *hp = &m->hp;
+    const gguf_file_t *f = m->file;
+    const int64_t D = hp->n_embd, HD = hp->head_dim, QD = hp->n_head * HD, KVD = hp->n_head_kv * HD;
+
+    /* The vocabulary size is the embedding's row count. */
+    const gguf_tensor_t *te = gguf_tensor_find(f, "token_embd.weight");
+    if (!te) return tern_err(err, TERN_EFORMAT, "model (%s): tensor 'token_embd.weight' is missing", hp->arch_name);
+    if (te->n_dims != 2 || te->ne[0] != D || te->ne[1] < 1 || te->ne[1] > MAX_VOCAB)
+        return tern_err(err, TERN_EFORMAT, "model: tensor 'token_embd.weight' has shape [%lld, %lld], want [%lld, n_vocab]",
+                        (long long)te->ne[0], (long long)te->ne[1], (long long)D);
+    hp->n_vocab = te->ne[1];
+
+    /* Floats of the store: per layer 2 norms + 3 biases + 2 head norms; output
+     * norm; rope factors. All small, bounded by the MAX_* limits. */
+    uint64_t per_layer = 2 * (uint64_t)D + (uint64_t)QD + 2 * (uint64_t)KVD + 2 * (uint64_t)HD;
+    uint64_t n_store = per_layer * (uint64_t)hp->n_layer + (uint64_t)D + (uint64_t)hp->n_rot / 2;
+    m->f32_store = tern_alloc(n_store * sizeof(float));
+    m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (!m->f32_store || !m->layers) return tern_err(err, TERN_ENOMEM, "model: out of memory for %llu floats", (unsigned long long)n_store);
+    binder_t b = {m, m->f32_store, m->f32_store + n_store};
+
+    int rc;
+    if ((rc = bind_mat(&b, "token_embd.weight", hp->n_vocab, D, false, &m->tok_embd, err))) return rc;
+    if (quant_row_size(m->tok_embd.type, D) == 0)
+        return tern_err(err, TERN_EUNSUP, "model: token_embd.weight type %s cannot be dequantized", quant_name(m->tok_embd.type));
+    if ((rc = bind_vec(&b, "output_norm.weight", D, false, &m->out_norm, err))) return rc;
+    if ((rc = bind_mat(&b, "output.weight", hp->n_vocab, D, true, &m->output, err))) return rc;
+    hp->tied_output = m->output.data == NULL;
+    if (hp->tied_output) m->output = m->tok_embd;
+    if ((rc = bind_rope(&b, err))) return rc;
+
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        model_layer_t *L = &m->layers[l];
+        char nm[96];
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)l), nm)
+        if ((rc = bind_vec(&b, NAME("attn_norm.weight"), D, false, &L->attn_norm, err)) ||
+            (rc = bind_mat(&b, NAME("attn_q.weight"), QD, D, false, &L->wq, err)) ||
+            (rc = bind_mat(&b, NAME("attn_k.weight"), KVD, D, false, &L->wk, err)) ||
+            (rc = bind_mat(&b, NAME("attn_v.weight"), KVD, D, false, &L->wv, err)) ||
+            (rc = bind_mat(&b, NAME("attn_output.weight"), D, QD, false, &L->wo, err)) ||
+            (rc = bind_vec(&b, NAME("ffn_norm.weight"), D, false, &L->ffn_norm, err)) ||
+            (rc = bind_mat(&b, NAME("ffn_gate.weight"), hp->n_ff, D, false, &L->w_gate, err)) ||
+            (rc = bind_mat(&b, NAME("ffn_up.weight"), hp->n_ff, D, false, &L->w_up, err)) ||
+            (rc = bind_mat(&b, NAME("ffn_down.weight"), D, hp->n_ff, false, &L->w_down, err)))
+            return rc;
+        if (hp->arch == ARCH_QWEN2) {
+            if ((rc = bind_vec(&b, NAME("attn_q.bias"), QD, false, &L->bq, err)) ||
+                (rc = bind_vec(&b, NAME("attn_k.bias"), KVD, false, &L->bk, err)) ||
+                (rc = bind_vec(&b, NAME("attn_v.bias"), KVD, false, &L->bv, err)))
+                return rc;
+        }
+        if (hp->arch == ARCH_QWEN3) {
+            if ((rc = bind_vec(&b, NAME("attn_q_norm.weight"), HD, false, &L->q_norm, err)) ||
+                (rc = bind_vec(&b, NAME("attn_k_norm.weight"), HD, false, &L->k_norm, err)))
+                return rc;
+        }
+#undef NAME
+        m->weight_bytes_per_token += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
+                                     mat_bytes(&L->w_gate) + mat_bytes(&L->w_up) + mat_bytes(&L->w_down);
+    }
+    /* One decode step reads every layer matrix, the whole output matrix and
+     * one embedding row (norms are noise). */
+    m->weight_bytes_per_token += mat_bytes(&m->output) + m->tok_embd.row_bytes;
+
+    /* The type holding the most matrix bytes names the file in tables. */
+    uint64_t by_type[TYPE_COUNT] = {0};
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const model_layer_t *L = &m->layers[l];
+        const kern_mat_t *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) by_type[ws[i]->type] += mat_bytes(ws[i]);
+    }
+    by_type[m->output.type] += mat_bytes(&m->output);
+    m->main_type = 0;
+    for (int t = 0; t < TYPE_COUNT; t++)
+        if (by_type[t] > by_type[m->main_type]) m->main_type = t;
+    return 0;
+}
+
+model_t *model_load_gguf(gguf_file_t *f, tern_error_t *err) {
+    model_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        gguf_close(f);
+        tern_err(err, TERN_ENOMEM, "model: out of memory");
+        return NULL;
+    }
+    m->file = f;
+    if (read_hparams(f, &m->hp, err) || bind_tensors(m, err)) {
+        model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+model_t *model_load(const char *path, tern_error_t *err) {
+    gguf_file_t *f = gguf_open(path, err);
+    if (!f) return NULL;
+    return model_load_gguf(f, err);
+}
+
+void model_free(model_t *m) {
+    if (!m) return;
+    gguf_close(m->file);
+    tern_free(m->f32_store);
+    free(m->layers);
+    free(m);
+}
+
+/* ---- contexts --------------------------------------------------------------- */
+
+struct model_ctx {
+    const model_t *m;
+    model_ctx_params_t p;
+    tern_pool_t *pool;
+    bool own_pool;
+    size_t scratch_bytes;
+    int64_t n_ctx, n_batch, pos;
+    int kv_type;
+    size_t kv_layer_bytes;   /* one layer's K (or V) cache: n_ctx * n_head_kv * head_dim elements */
+    unsigned char *k_cache;  /* (n_layer, n_ctx, n_head_kv, head_dim) */
+    unsigned char *v_cache;  /* (n_layer, n_ctx, n_head_kv, head_dim) */
+    /* Activations of a block of up to n_batch positions, row-major by position. */
+    float *x;      /* (n_batch, n_embd) the residual stream */
+    float *xb;     /* (n_batch, n_embd) normed input of a sublayer */
+    float *xb2;    /* (n_batch, n_embd) sublayer output before the residual add */
+    float *q;      /* (n_batch, n_head * head_dim) */
+    float *k, *v;  /* (n_batch, n_head_kv * head_dim) */
+    float *att;    /* (n_batch, n_head * head_dim) attention output */
+    float *hb;     /* (n_batch, n_ff) gate, then silu(gate) * up */
+    float *hb2;    /* (n_batch, n_ff) up */
+    float *logits; /* (n_vocab) of the last position evaluated */
+    model_prof_t prof;
+};
+
+model_ctx_params_t model_ctx_default_params(void) {
+    model_ctx_params_t p = {0};
+    p.n_batch = 512;
+    return p;
+}
+
+/* Memory the system could give us now (Linux: MemAvailable), 0 if unknown. */
+static uint64_t mem_available(void) {
+    FILE *fp = fopen("/proc/meminfo", "r");
+    uint64_t kb = 0;
+    if (fp) {
+        char line[256];
+        while (fgets(line, sizeof line, fp))
+            if (sscanf(line, "MemAvailable: %llu kB", (unsigned long long *)&kb) == 1) break;
+        fclose(fp);
+    }
+    if (kb) return kb * 1024;
+    long pages = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+}
+
+/* Pool scratch per worker: the kernels keep their own per-thread workspaces
+ * and attention needs none (kernels.h), so the context asks for a token
+ * amount; a borrowed pool only has to provide this much. */
+static size_t ctx_scratch_bytes(void) { return 64; }
+
+static void ctx_free_buffers(model_ctx_t *c) {
+    tern_free(c->k_cache);
+    tern_free(c->v_cache);
+    tern_free(c->x);
+    tern_free(c->xb);
+    tern_free(c->xb2);
+    tern_free(c->q);
+    tern_free(c->k);
+    tern_free(c->v);
+    tern_free(c->att);
+    tern_free(c->hb);
+    tern_free(c->hb2);
+    tern_free(c->logits);
+}
+
+static float *alloc_f(int64_t a, int64_t b) {
+    uint64_t n;
+    if (tern_mul_overflow_u64((uint64_t)a, (uint64_t)b, &n) || n > SIZE_MAX / sizeof(float)) return NULL;
+    return tern_alloc((size_t)n * sizeof(float));
+}
+
+model_ctx_t *model_ctx_new(const model_t *m, const model_ctx_params_t *p, char *note, size_t note_len,
+                           tern_error_t *err) {
+    if (note && note_len) note[0] = 0;
+    if (!m) {
+        tern_err(err, TERN_EINVAL, "model_ctx_new: NULL model");
+        return NULL;
+    }
+    model_ctx_params_t dp = model_ctx_default_params();
+    if (!p) p = &dp;
+    const model_hparams_t *hp = &m->hp;
+    model_ctx_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        tern_err(err, TERN_ENOMEM, "model: out of memory");
+        return NULL;
+    }
+    c->m = m;
+    c->p = *p;
+    c->kv_type = p->kv_f32 ? TYPE_F32 : TYPE_F16;
+    size_t kv_elt = p->kv_f32 ? 4 : 2;
+    const int64_t KVD = hp->n_head_kv * hp->head_dim;
+    /* Per position: K and V of every layer. */
+    uint64_t per_pos = 2 * (uint64_t)hp->n_layer * (uint64_t)KVD * kv_elt;
+
+    if (p->n_ctx > MAX_CTX) {
+        tern_err(err, TERN_EINVAL, "model: context %lld exceeds the limit %d", (long long)p->n_ctx, MAX_CTX);
+        goto fail;
+    }
+    c->n_ctx = p->n_ctx > 0 ? p->n_ctx : hp->n_ctx_train;
+    if (p->n_ctx <= 0) {
+        /* The model's context by default, but never more KV cache than half of
+         * the memory left after the weights (pages are touched as used, so an
+         * overestimate only costs address space; this keeps it honest). */
+        uint64_t avail = mem_available();
+        uint64_t fsize = gguf_file_size(m->file);
+        uint64_t budget = avail > fsize ? (avail - fsize) / 2 : 0;
+        if (avail && (uint64_t)c->n_ctx * per_pos > budget) {
+            int64_t fit = (int64_t)(budget / per_pos) / 256 * 256;
+            if (fit < 256) fit = 256;
+            if (fit < c->n_ctx) {
+                if (note && note_len)
+                    snprintf(note, note_len,
+                             "context capped at %lld positions (model: %lld) to fit the KV cache (%.1f MiB) in half of "
+                             "the available memory; use -c to choose",
+                             (long long)fit, (long long)c->n_ctx, (double)fit * (double)per_pos / 1048576.0);
+                c->n_ctx = fit;
+            }
+        }
+    }
+    c->n_batch = p->n_batch > 0 ? p->n_batch : 512;
+    if (c->n_batch > c->n_ctx) c->n_batch = c->n_ctx;
+
+    uint64_t layer_elems = (uint64_t)c->n_ctx * (uint64_t)KVD, layer_bytes, all_bytes;
+    if (tern_mul_overflow_u64(layer_elems, kv_elt, &layer_bytes) ||
+        tern_mul_overflow_u64(layer_bytes, (uint64_t)hp->n_layer, &all_bytes) || all_bytes > SIZE_MAX / 2) {
+        tern_err(err, TERN_EINVAL, "model: KV cache for %lld positions overflows", (long long)c->n_ctx);
+        goto fail;
+    }
+    c->kv_layer_bytes = (size_t)layer_bytes;
+    c->k_cache = tern_alloc((size_t)all_bytes);
+    c->v_cache = tern_alloc((size_t)all_bytes);
+    const int64_t B = c->n_batch, D = hp->n_embd, QD = hp->n_head * hp->head_dim;
+    c->x = alloc_f(B, D);
+    c->xb = alloc_f(B, D);
+    c->xb2 = alloc_f(B, D);
+    c->q = alloc_f(B, QD);
+    c->k = alloc_f(B, KVD);
+    c->v = alloc_f(B, KVD);
+    c->att = alloc_f(B, QD);
+    c->hb = alloc_f(B, hp->n_ff);
+    c->hb2 = alloc_f(B, hp->n_ff);
+    c->logits = alloc_f(1, hp->n_vocab);
+    if (!c->k_cache || !c->v_cache || !c->x || !c->xb || !c->xb2 || !c->q || !c->k || !c->v || !c->att || !c->hb ||
+        !c->hb2 || !c->logits) {
+        tern_err(err, TERN_ENOMEM, "model: out of memory for a context of %lld positions (KV cache %.1f MiB)",
+                 (long long)c->n_ctx, 2.0 * (double)all_bytes / 1048576.0);
+        goto fail;
+    }
+    memset(c->logits, 0, (size_t)hp->n_vocab * sizeof(float));
+    c->scratch_bytes = ctx_scratch_bytes();
+    if (p->pool) {
+        if (tern_pool_scratch_size(p->pool) < c->scratch_bytes) {
+            tern_err(err, TERN_EINVAL, "model: the given pool has %zu bytes of scratch per worker, the context needs %zu",
+                     tern_pool_scratch_size(p->pool), c->scratch_bytes);
+            goto fail;
+        }
+        c->pool = p->pool;
+    } else {
+        c->pool = tern_pool_create(p->n_threads, c->scratch_bytes, err);
+        if (!c->pool) goto fail;
+        c->own_pool = true;
+    }
+    return c;
+fail:
+    model_ctx_free(c);
+    return NULL;
+}
+
+void model_ctx_free(model_ctx_t *c) {
+    if (!c) return;
+    if (c->own_pool) tern_pool_free(c->pool);
+    ctx_free_buffers(c);
+    free(c);
+}
+
+int64_t model_ctx_n_ctx(const model_ctx_t *c) { return c->n_ctx; }
+int64_t model_ctx_pos(const model_ctx_t *c) { return c->pos; }
+int64_t model_ctx_n_batch(const model_ctx_t *c) { return c->n_batch; }
+int model_ctx_threads(const model_ctx_t *c) { return tern_pool_threads(c->pool); }
+tern_pool_t *model_ctx_pool(model_ctx_t *c) { return c->pool; }
+const float *model_ctx_logits(const model_ctx_t *c) { return c->logits; }
+const model_prof_t *model_ctx_prof(const model_ctx_t *c) { return &c->prof; }
+void model_ctx_prof_reset(model_ctx_t *c) { memset(&c->prof, 0, sizeof c->prof); }
+
+int model_ctx_truncate(model_ctx_t *c, int64_t pos, tern_error_t *err) {
+    if (pos < 0 || pos > c->pos)
+        return tern_err(err, TERN_EINVAL, "model: cannot truncate to position %lld (context holds %lld)", (long long)pos,
+                        (long long)c->pos);
+    c->pos = pos;
+    return 0;
+}
+
+int model_ctx_set_threads(model_ctx_t *c, int n_threads, tern_error_t *err) {
+    if (!c->own_pool) return tern_err(err, TERN_EINVAL, "model: the context's pool is borrowed");
+    tern_pool_t *np = tern_pool_create(n_threads, c->scratch_bytes, err);
+    if (!np) return err ? err->code : TERN_ENOMEM;
+    tern_pool_free(c->pool);
+    c->pool = np;
+    return 0;
+}
+
+/* ---- the forward pass -------------------------------------------------------- */
+
+/* Y_i = W_i X for nm matrices sharing the input X (n positions): one
+ * dispatch. One position goes through matvec, more through GEMM; the kernels
+ * make both give the same bits for a column. */
+static int matmul(model_ctx_t *c, int nm, const kern_mat_t *const *w, int64_t n, const float *x, int64_t ldx,
+                  float *const *y, const int64_t *ldy, tern_error_t *err) {
+    if (n == 1) return nm == 1 ? kern_matvec(c->pool, w[0], x, y[0], err) : kern_matvec_multi(c->pool, nm, w, x, y, err);
+    return kern_gemm_multi(c->pool, nm, w, n, x, ldx, y, ldy, err);
+}
+
+#define PROF_BEGIN() uint64_t prof_t0 = c->p.profile ? tern_now_ns() : 0
+#define PROF_END(field)                                   \
+    do {                                                  \
+        if (c->p.profile) {                               \
+            uint64_t prof_t1 = tern_now_ns();             \
+            c->prof.field += prof_t1 - prof_t0;           \
+            prof_t0 = prof_t1;                            \
+        }                                                 \
+    } while (0)
+
+/* n positions pos..pos+n-1 (n <= n_batch). want: 0 = no logits, 1 = the last
+ * position's into c->logits, 2 = every position's into logits_all. */
+static int forward_block(model_ctx_t *c, const int32_t *ids, int64_t n, int want, float *logits_all,
+                         tern_error_t *err) {
+    const model_t *m = c->m;
+    const model_hparams_t *hp = &m->hp;
+    const int64_t D = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
+    const int64_t QD = NH * HD, KVD = NKV * HD, F = hp->n_ff, V = hp->n_vocab;
+    const int64_t pos0 = c->pos;
+    const float eps = hp->rms_eps;
+    const kern_rope_t rope = {hp->rope_freq_base, hp->rope_freq_scale, m->rope_factors, hp->rope_neox, (int)hp->n_rot};
+    const size_t kv_elt = c->kv_type == TYPE_F32 ? 4 : 2;
+    int rc;
+    PROF_BEGIN();
+
+    /* x (n, D) = embedding rows of the tokens */
+    for (int64_t i = 0; i < n; i++) {
+        const unsigned char *row = (const unsigned char *)m->tok_embd.data + (size_t)ids[i] * m->tok_embd.row_bytes;
+        if (quant_dequantize_row(m->tok_embd.type, row, c->x + i * D, D) != 0)
+            return tern_err(err, TERN_EUNSUP, "model: cannot dequantize token_embd rows of type %s",
+                            quant_name(m->tok_embd.type));
+    }
+
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const model_layer_t *L = &m->layers[l];
+
+        /* ---- attention ---- */
+        /* xb (n, D) = rmsnorm(x) * attn_norm */
+        for (int64_t i = 0; i < n; i++) kern_rmsnorm(c->xb + i * D, c->x + i * D, L->attn_norm, D, eps);
+        PROF_END(small);
+
+        /* q (n, QD), k (n, KVD), v (n, KVD) = xb Wq^T, xb Wk^T, xb Wv^T: one dispatch */
+        {
+            const kern_mat_t *w[3] = {&L->wq, &L->wk, &L->wv};
+            float *const y[3] = {c->q, c->k, c->v};
+            const int64_t ldy[3] = {QD, KVD, KVD};
+            if ((rc = matmul(c, 3, w, n, c->xb, D, y, ldy, err))) return rc;
+        }
+        PROF_END(qkv);
+
+        for (int64_t i = 0; i < n; i++) {
+            float *qi = c->q + i * QD, *ki = c->k + i * KVD, *vi = c->v + i * KVD;
+            if (L->bq) { /* qwen2: + biases */
+                kern_add(qi, L->bq, QD);
+                kern_add(ki, L->bk, KVD);
+                kern_add(vi, L->bv, KVD);
+            }
+            if (L->q_norm) { /* qwen3: RMSNorm of every head of q and k (head_dim) */
+                for (int64_t h = 0; h < NH; h++) kern_rmsnorm(qi + h * HD, qi + h * HD, L->q_norm, HD, eps);
+                for (int64_t h = 0; h < NKV; h++) kern_rmsnorm(ki + h * HD, ki + h * HD, L->k_norm, HD, eps);
+            }
+            /* RoPE at position pos0 + i on q (NH heads) and k (NKV heads) */
+            kern_rope(&rope, qi, (int)NH, (int)HD, pos0 + i);
+            kern_rope(&rope, ki, (int)NKV, (int)HD, pos0 + i);
+            /* k_cache[l][pos0 + i], v_cache[l][pos0 + i] (NKV, HD) = k, v */
+            size_t off = (size_t)l * c->kv_layer_bytes + (size_t)(pos0 + i) * (size_t)KVD * kv_elt;
+            if (c->kv_type == TYPE_F32) {
+                memcpy(c->k_cache + off, ki, (size_t)KVD * sizeof(float));
+                memcpy(c->v_cache + off, vi, (size_t)KVD * sizeof(float));
+            } else {
+                fp16_t *kc = (fp16_t *)(void *)(c->k_cache + off), *vc = (fp16_t *)(void *)(c->v_cache + off);
+                for (int64_t j = 0; j < KVD; j++) {
+                    kc[j] = f32_to_fp16(ki[j]);
+                    vc[j] = f32_to_fp16(vi[j]);
+                }
+            }
+        }
+        PROF_END(small);
+
+        /* att (n, QD) = softmax(q K^T / sqrt(HD)) V over positions 0..pos0+i:
+         * one dispatch, heads partitioned, a GQA group on one thread */
+        {
+            const kern_attn_t a = {(int)NH, (int)NKV, (int)HD, c->kv_type,
+                                   c->k_cache + (size_t)l * c->kv_layer_bytes,
+                                   c->v_cache + (size_t)l * c->kv_layer_bytes, 1.0f / sqrtf((float)HD)};
+            if ((rc = kern_attention(c->pool, &a, pos0, n, c->q, c->att, err))) return rc;
+        }
+        PROF_END(attn);
+
+        /* x += att Wo^T (n, D) */
+        {
+            const kern_mat_t *w[1] = {&L->wo};
+            float *const y[1] = {c->xb2};
+            const int64_t ldy[1] = {D};
+            if ((rc = matmul(c, 1, w, n, c->att, QD, y, ldy, err))) return rc;
+        }
+        PROF_END(wo);
+        kern_add(c->x, c->xb2, n * D);
+
+        /* ---- feed-forward (SwiGLU) ---- */
+        /* xb (n, D) = rmsnorm(x) * ffn_norm */
+        for (int64_t i = 0; i < n; i++) kern_rmsnorm(c->xb + i * D, c->x + i * D, L->ffn_norm, D, eps);
+        PROF_END(small);
+
+        /* hb (n, F) = xb Wgate^T, hb2 (n, F) = xb Wup^T: one dispatch */
+        {
+            const kern_mat_t *w[2] = {&L->w_gate, &L->w_up};
+            float *const y[2] = {c->hb, c->hb2};
+            const int64_t ldy[2] = {F, F};
+            if ((rc = matmul(c, 2, w, n, c->xb, D, y, ldy, err))) return rc;
+        }
+        PROF_END(ffn_up);
+
+        /* hb = silu(hb) * hb2 */
+        kern_silu_mul(c->hb, c->hb2, n * F);
+        PROF_END(small);
+
+        /* x += hb Wdown^T (n, D) */
+        {
+            const kern_mat_t *w[1] = {&L->w_down};
+            float *const y[1] = {c->xb2};
+            const int64_t ldy[1] = {D};
+            if ((rc = matmul(c, 1, w, n, c->hb, F, y, ldy, err))) return rc;
+        }
+        PROF_END(ffn_down);
+        kern_add(c->x, c->xb2, n * D);
+    }
+
+    /* ---- output ---- */
+    if (want == 1) {
+        /* logits (V) = rmsnorm(x[n-1]) Wout^T: vocabulary rows in parallel */
+        kern_rmsnorm(c->xb, c->x + (n - 1) * D, m->out_norm, D, eps);
+        PROF_END(small);
+        if ((rc = kern_matvec(c->pool, &m->output, c->xb, c->logits, err))) return rc;
+        PROF_END(output);
+    } else if (want == 2) {
+        /* logits_all (n, V) = rmsnorm(x) Wout^T */
+        for (int64_t i = 0; i < n; i++) kern_rmsnorm(c->xb + i * D, c->x + i * D, m->out_norm, D, eps);
+        PROF_END(small);
+        const kern_mat_t *w[1] = {&m->output};
+        float *const y[1] = {logits_all};
+        const int64_t ldy[1] = {V};
+        if ((rc = matmul(c, 1, w, n, c->xb, D, y, ldy, err))) return rc;
+        memcpy(c->logits, logits_all + (n - 1) * V, (size_t)V * sizeof(float));
+        PROF_END(output);
+    }
+    c->pos += n;
+    c->prof.n_tokens += (uint64_t)n;
+    return 0;
+}
+
+int model_eval(model_ctx_t *c, const int32_t *ids, int64_t n, float *logits_all, tern_error_t *err) {
+    if (!c || (!ids && n > 0) || n < 0) return tern_err(err, TERN_EINVAL, "model_eval: bad arguments");
+    if (n == 0) return 0;
+    const int64_t V = c->m->hp.n_vocab;
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return tern_err(err, TERN_EINVAL, "model: token id %d at index %lld is out of range [0, %lld)", ids[i],
+                            (long long)i, (long long)V);
+    if (n > c->n_ctx - c->pos)
+        return tern_err(err, TERN_EINVAL, "model: context full: %lld positions + %lld new > context size %lld",
+                        (long long)c->pos, (long long)n, (long long)c->n_ctx);
+    for (int64_t off = 0; off < n; off += c->n_batch) {
+        int64_t nb = n - off < c->n_batch ? n - off : c->n_batch;
+        int want = logits_all ? 2 : (off + nb == n ? 1 : 0);
+        int rc = forward_block(c, ids + off, nb, want, logits_all ? logits_all + off * V : NULL, err);
+        if (rc) return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,130 @@
+/*
+ * model.h - the model layer: Llama-family architectures (llama, qwen2,
+ * qwen3) bound from GGUF tensors to kernel formats, the KV cache, and the
+ * forward pass over a block of positions.
+ *
+ * A model_t is read-only after loading and may be shared by any number of
+ * contexts (one per thread of use). A model_ctx_t owns its KV cache, its
+ * scratch and its worker pool; it is driven by one thread at a time.
+ *
+ * The forward pass (model.c, model_eval) reads like ../shared/DESIGN.md's
+ * "path of one decoded token"; a block of n positions goes through GEMM, one
+ * position through matvec, and because the kernels are batch-invariant both
+ * give the same bits for a position, at any thread count.
+ */
+#ifndef TERN_MODEL_H
+#define TERN_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "format/gguf.h"
+#include "kernels/kernels.h"
+#include "tern_pool.h"
+
+typedef enum { ARCH_LLAMA = 0, ARCH_QWEN2 = 1, ARCH_QWEN3 = 2 } model_arch_t;
+
+typedef struct {
+    model_arch_t arch;
+    char arch_name[32];
+    int64_t n_vocab;
+    int64_t n_embd;
+    int64_t n_layer;
+    int64_t n_ff;
+    int64_t n_head;
+    int64_t n_head_kv;
+    int64_t head_dim;    /* attention.key_length, default n_embd / n_head */
+    int64_t n_rot;       /* rope.dimension_count, default head_dim */
+    int64_t n_ctx_train; /* context_length */
+    float rms_eps;
+    float rope_freq_base;
+    float rope_freq_scale; /* linear scaling: 1 / rope.scaling.factor, 1 = none */
+    bool rope_neox;        /* llama: pairs (2i, 2i+1); qwen2/qwen3: (i, i + n_rot/2) */
+    bool has_rope_factors; /* llama3 scaling (rope_freqs tensor or keys) */
+    bool tied_output;      /* output matrix is token_embd */
+} model_hparams_t;
+
+typedef struct {
+    const float *attn_norm;            /* (n_embd) */
+    kern_mat_t wq;                     /* (n_head * head_dim rows, n_embd cols) */
+    kern_mat_t wk, wv;                 /* (n_head_kv * head_dim, n_embd) */
+    const float *bq, *bk, *bv;         /* qwen2 biases (rows of wq, wk, wv), else NULL */
+    const float *q_norm, *k_norm;      /* qwen3 per-head RMSNorm weights (head_dim), else NULL */
+    kern_mat_t wo;                     /* (n_embd, n_head * head_dim) */
+    const float *ffn_norm;             /* (n_embd) */
+    kern_mat_t w_gate, w_up;           /* (n_ff, n_embd) */
+    kern_mat_t w_down;                 /* (n_embd, n_ff) */
+} model_layer_t;
+
+typedef struct model {
+    gguf_file_t *file;  /* owned: the weights point into its mapping */
+    model_hparams_t hp;
+    kern_mat_t tok_embd;  /* (n_vocab, n_embd): rows looked up and dequantized */
+    const float *out_norm; /* (n_embd) */
+    kern_mat_t output;    /* (n_vocab, n_embd): == tok_embd when tied */
+    const float *rope_factors; /* (n_rot / 2) frequency divisors, or NULL */
+    model_layer_t *layers; /* (n_layer) */
+    float *f32_store;      /* owned copies of norm weights, biases, rope factors */
+    uint64_t weight_bytes_per_token; /* bytes of weights one decode step reads */
+    uint64_t n_params;
+    int main_type; /* the weight type holding the most bytes among the matrices */
+} model_t;
+
+/* Load from a GGUF path; the model owns the file. NULL on error with a
+ * message naming the architecture, key or tensor at fault. */
+model_t *model_load(const char *path, tern_error_t *err);
+/* Same over an opened file; on success the model takes ownership of f (also
+ * on failure: f is closed). */
+model_t *model_load_gguf(gguf_file_t *f, tern_error_t *err);
+void model_free(model_t *m);
+
+/* ---- contexts ----------------------------------------------------------- */
+
+typedef struct {
+    int n_threads;     /* <= 0: tern_threads_default */
+    int64_t n_ctx;     /* <= 0: the model's context_length, capped by memory */
+    int64_t n_batch;   /* positions per forward block in prefill; <= 0: 512 */
+    bool kv_f32;       /* F32 KV cache instead of F16 */
+    bool profile;      /* accumulate per-op times (model_prof_t) */
+    tern_pool_t *pool; /* borrowed pool (then n_threads is ignored), or NULL */
+} model_ctx_params_t;
+
+/* Per-op wall-clock times in ns, accumulated while params.profile is set. */
+typedef struct {
+    uint64_t qkv, attn, wo, ffn_up, ffn_down, output, small;
+    uint64_t n_tokens;
+} model_prof_t;
+
+typedef struct model_ctx model_ctx_t;
+
+model_ctx_params_t model_ctx_default_params(void);
+/* note (may be NULL, note_len bytes) receives a line when n_ctx was capped. */
+model_ctx_t *model_ctx_new(const model_t *m, const model_ctx_params_t *p, char *note, size_t note_len,
+                           tern_error_t *err);
+void model_ctx_free(model_ctx_t *c);
+
+int64_t model_ctx_n_ctx(const model_ctx_t *c);
+int64_t model_ctx_pos(const model_ctx_t *c); /* positions already in the KV cache */
+int64_t model_ctx_n_batch(const model_ctx_t *c);
+int model_ctx_threads(const model_ctx_t *c);
+tern_pool_t *model_ctx_pool(model_ctx_t *c);
+/* Forget positions >= pos (pos <= current). */
+int model_ctx_truncate(model_ctx_t *c, int64_t pos, tern_error_t *err);
+const model_prof_t *model_ctx_prof(const model_ctx_t *c);
+void model_ctx_prof_reset(model_ctx_t *c);
+/* Replace the pool by one of n_threads (only for an owned pool). */
+int model_ctx_set_threads(model_ctx_t *c, int n_threads, tern_error_t *err);
+
+/* Run the forward pass over n tokens at positions pos..pos+n-1 (pos = the
+ * current position), appending them to the KV cache. Blocks of n_batch
+ * positions go through GEMM. logits_all (may be NULL): n x n_vocab floats,
+ * the logits of every position. The logits of the last position are always
+ * available afterwards from model_ctx_logits. Errors: bad token id, context
+ * full (nothing is appended then), kernel failure. */
+int model_eval(model_ctx_t *c, const int32_t *ids, int64_t n, float *logits_all, tern_error_t *err);
+const float *model_ctx_logits(const model_ctx_t *c); /* n_vocab floats */
+
+const char *model_arch_name(model_arch_t a);
+
+#endif
