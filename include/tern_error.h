@@ -37,6 +37,19 @@ typedef struct tern_error {
     char msg[TERN_ERR_MSG];
 } tern_error_t;
 
+/* ---- diagnostics ------------------------------------------------------- */
+
+/* The library never prints on its own: warnings (an ignored environment
+ * variable, an ISA the CPU lacks ...) go to a log callback. The default
+ * writes "tern: <msg>\n" to stderr; tern_log_set(NULL, NULL) restores it,
+ * and a callback that does nothing silences the library. The callback may
+ * be called from any thread that calls into tern, so it must be
+ * thread-safe; msg is valid only during the call. Set it before creating
+ * models or contexts (the setting itself is an atomic store). */
+typedef enum { TERN_LOG_ERROR = 0, TERN_LOG_WARN = 1, TERN_LOG_INFO = 2 } tern_log_level_t;
+typedef void (*tern_log_fn)(tern_log_level_t level, const char *msg, void *user);
+void tern_log_set(tern_log_fn fn, void *user);
+
 #ifdef __cplusplus
 }
 #endif

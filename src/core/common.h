@@ -24,6 +24,10 @@ _Noreturn void tern_fatal(const char *file, int line, const char *expr);
 int tern_err(tern_error_t *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Log a line through the application's callback (tern_log_set; default
+ * stderr). printf-style, no trailing newline. */
+void tern_log(tern_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* 64-byte aligned allocation; size 0 allowed; free accepts NULL. */
 void *tern_alloc(size_t size);
 void *tern_calloc(size_t n, size_t size); /* overflow-checked, zeroed */

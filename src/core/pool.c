@@ -404,7 +404,7 @@ static int64_t env_int(const char *name, int64_t dflt, int64_t lo, int64_t hi) {
     errno = 0;
     long long x = strtoll(v, &end, 10);
     if (errno || *end || x < lo || x > hi) {
-        fprintf(stderr, "tern: ignoring %s='%s' (expected an integer in [%lld, %lld])\n", name, v,
+        tern_log(TERN_LOG_WARN, "ignoring %s='%s' (expected an integer in [%lld, %lld])", name, v,
                 (long long)lo, (long long)hi);
         return dflt;
     }

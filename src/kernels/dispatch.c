@@ -83,10 +83,10 @@ static void active_from_env(void) {
     if (env && *env) {
         int want = kern_isa_from_name(env);
         if (want < 0) {
-            fprintf(stderr, "tern: TERN_ISA=%s is not one of scalar|avx2|avx512|neon; using %s\n", env,
+            tern_log(TERN_LOG_WARN, "TERN_ISA=%s is not one of scalar|avx2|avx512|neon; using %s", env,
                     kern_isa_name(isa));
         } else if (!isa_supported((kern_isa_t)want)) {
-            fprintf(stderr, "tern: TERN_ISA=%s is not supported by this CPU; using %s\n", env,
+            tern_log(TERN_LOG_WARN, "TERN_ISA=%s is not supported by this CPU; using %s", env,
                     kern_isa_name(isa));
         } else {
             isa = (kern_isa_t)want;
@@ -106,7 +106,7 @@ kern_isa_t kern_isa_active(void) {
 
 void kern_isa_set(kern_isa_t isa) {
     if (!isa_supported(isa)) {
-        fprintf(stderr, "tern: ISA %s is not supported by this CPU; using %s\n", kern_isa_name(isa),
+        tern_log(TERN_LOG_WARN, "ISA %s is not supported by this CPU; using %s", kern_isa_name(isa),
                 kern_isa_name(kern_isa_best()));
         isa = kern_isa_best();
     }
