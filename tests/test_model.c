@@ -27,8 +27,7 @@
 /* ---- helpers ---------------------------------------------------------------- */
 
 static char *ref_text(void) {
-    const char *p = tu_shared("reference/stories260K-greedy.txt");
-    if (!p) return NULL;
+    TU_REQUIRE_SHARED(p, "reference/stories260K-greedy.txt");
     char *s = tu_read_file(p, NULL);
     assert_non_null(s);
     return s;

@@ -225,7 +225,10 @@ static void test_speed_1mb(void **state) {
         char rel[128];
         snprintf(rel, sizeof rel, "reference/vocab/ggml-vocab-%s.gguf", names[v]);
         const char *path = tu_shared(rel);
-        if (!path) continue;
+        if (!path) {
+            tu_shared_missing(rel, "part");
+            continue;
+        }
         tokenizer_t *t = load_tok(path);
         assert_non_null(t);
         int32_t *ids;
@@ -603,7 +606,10 @@ static void test_stream_random_and_roundtrip(void **state) {
         char rel[128];
         snprintf(rel, sizeof rel, "reference/vocab/ggml-vocab-%s.gguf", names[v]);
         const char *path = tu_shared(rel);
-        if (!path) continue;
+        if (!path) {
+            tu_shared_missing(rel, "part");
+            continue;
+        }
         tokenizer_t *t = load_tok(path);
         assert_non_null(t);
         int32_t nv = tok_n_vocab(t);

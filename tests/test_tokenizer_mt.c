@@ -49,7 +49,7 @@ static void *worker(void *arg) {
 static void run_vocab(const char *rel) {
     const char *path = tu_shared(rel);
     if (!path) {
-        print_message("SKIP part: %s not found\n", rel);
+        tu_shared_missing(rel, "part");
         return;
     }
     tern_error_t err;

@@ -20,6 +20,25 @@ const char *tu_shared(const char *rel) {
     return access(b, R_OK) == 0 ? b : NULL;
 }
 
+int tu_ci(void) {
+    const char *ci = getenv("CI");
+    if (!ci || !*ci || !strcmp(ci, "0")) return 0;
+    return strcmp(ci, "false") && strcmp(ci, "False") && strcmp(ci, "FALSE");
+}
+
+void tu_shared_missing(const char *rel, const char *what) {
+    const char *base = getenv("TERN_SHARED");
+#ifdef TERN_SHARED_DIR
+    if (!base || !*base) base = TERN_SHARED_DIR;
+#endif
+    if (!base) base = "(unset)";
+    if (tu_ci())
+        fail_msg("%s/%s not found: CI=%s, so a missing ../shared file fails the test instead of skipping it "
+                 "(set TERN_SHARED to the folder with models/ and reference/)",
+                 base, rel, getenv("CI"));
+    print_message("SKIP %s: %s/%s not found (../shared absent; set TERN_SHARED)\n", what, base, rel);
+}
+
 int tu_quick(void) {
     const char *q = getenv("TERN_TEST_QUICK");
     return q && *q && strcmp(q, "0") != 0;

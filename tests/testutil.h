@@ -11,15 +11,21 @@
 #include "kernels/kernels.h"
 
 /* Path of a file under ../shared (TERN_SHARED env overrides the build-time
- * default). Returns NULL when the file is absent; the caller then skips with
- * a message (test_skip_missing). The returned string is static storage
- * (a small ring of buffers). */
+ * default). Returns NULL when the file is absent; the caller then skips
+ * (TU_REQUIRE_SHARED) or leaves out that part, after tu_shared_missing. The
+ * returned string is static storage (a small ring of buffers). */
 const char *tu_shared(const char *rel);
-/* Print a clear message and skip the current cmocka test. */
+/* 1 under CI: CI is set, non-empty and neither "0" nor "false". */
+int tu_ci(void);
+/* Report that rel is absent under ../shared. Under CI this FAILS the
+ * current test (CI must never pass by skipping); otherwise it prints
+ * "SKIP: <what>" and returns, and the caller skips. what: e.g. "test", "part". */
+void tu_shared_missing(const char *rel, const char *what);
+/* Skip the current cmocka test when rel is absent (fail it under CI). */
 #define TU_REQUIRE_SHARED(var, rel)                                                      \
     const char *var = tu_shared(rel);                                                    \
     if (!var) {                                                                          \
-        print_message("SKIP: %s not found (../shared absent; set TERN_SHARED)\n", rel);  \
+        tu_shared_missing(rel, "test");                                                  \
         skip();                                                                          \
     }
 /* 1 when TERN_TEST_QUICK is set (sanitizer builds run reduced iteration counts). */
