@@ -1,4 +1,8 @@
 # Short commands over the CMake build. See README.md.
+
+# No "make[1]: Entering directory" lines: cmake --build runs make again
+# underneath, and those lines would come before anything a person reads.
+MAKEFLAGS += --no-print-directory
 BUILD      ?= build
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_TIME  ?= 60
@@ -27,7 +31,7 @@ test: test-release test-asan test-tsan
 
 # A short run of every libFuzzer target (CI runs it after make test).
 fuzz-smoke:
-	@$(MAKE) --no-print-directory fuzz FUZZ_TIME=10
+	@$(MAKE) fuzz FUZZ_TIME=10
 
 test-release: deps
 	@$(CMAKE_GEN) -B $(BUILD)/test-release >/dev/null
