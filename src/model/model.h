@@ -7,8 +7,8 @@
  * contexts (one per thread of use). A model_ctx_t owns its KV cache, its
  * scratch and its worker pool; it is driven by one thread at a time.
  *
- * The forward pass (model.c, model_eval) reads like ../shared/DESIGN.md's
- * "path of one decoded token"; a block of n positions goes through GEMM, one
+ * The forward pass (model.c, model_eval) reads like docs/ARCHITECTURE.md's
+ * "path of one token"; a block of n positions goes through GEMM, one
  * position through matvec, and because the kernels are batch-invariant both
  * give the same bits for a position, at any thread count.
  */
