@@ -11,7 +11,7 @@
  * behaviour (ggml casts out-of-range floats to int8). For finite input the
  * clamp never changes a value, so the bytes are identical.
  *
- * The SIMD activation quantizers in kernels/legacy_*.c must produce exactly
+ * The SIMD activation quantizers in kernels/x86/legacy_*.c must produce exactly
  * the Q8_0 / Q8_1 bytes written here (tests compare them), so the rounding here is roundf (half away from zero), as in
  * ggml's reference, not the ties-to-even of a vector round instruction.
  */

@@ -1,7 +1,7 @@
 /*
  * attention_impl.h - the per-ISA inner loops of kern_attention (private to
- * src/kernels/attention*.c). A tile is nt consecutive cache positions of one
- * KV head; rows are kstride / vstride bytes apart.
+ * attention.c and x86/attention_avx2.c). A tile is nt consecutive cache
+ * positions of one KV head; rows are kstride / vstride bytes apart.
  */
 #ifndef TERN_ATTENTION_IMPL_H
 #define TERN_ATTENTION_IMPL_H

@@ -3,8 +3,8 @@
  * serves each (weight type, ISA), and which ISA is active.
  *
  * The table is filled once (pthread_once) by the three per-family register
- * functions (quant_legacy / kernels/legacy_*: F32 F16 BF16 and the
- * 32-blocks; quant_k / kernels/kquant_*: the K formats). Lookups fall back
+ * functions (quant_legacy / {ref,x86,arm}/legacy_*: F32 F16 BF16 and the
+ * 32-blocks; quant_k / {ref,x86,arm}/kquant_*: the K formats). Lookups fall back
  * from the requested ISA to lower ones, so a family may provide only a
  * scalar entry and still serve every ISA. The active ISA is the best one the
  * CPU supports, or TERN_ISA, or whatever kern_isa_set chose last; it is an

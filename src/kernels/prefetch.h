@@ -19,7 +19,7 @@
  * half of a plain read loop's bandwidth to about 85%. With four streams per
  * thread (matvec.c), 2 KB ahead reads 1-4% faster than 4 KB at 2 threads
  * for every format and both ISAs, 512 bytes up to 4% slower
- * (scripts/ab-prefetch.sh, docs/PERF.md). Prefetches never fault, so
+ * (dev/ab-prefetch.sh, docs/PERF.md). Prefetches never fault, so
  * reading past the matrix is harmless. */
 #ifndef PF_DIST
 #define PF_DIST 2048

@@ -1,7 +1,7 @@
 /*
  * cmd_mkmodel.c - `tern mkmodel --shape NAME --type TYPE -o FILE
  * [--vocab-from FILE.gguf] [--seed N] [--threads N] [--quiet]`: a model file
- * with random weights in llama.cpp's exact layout (see src/mkmodel.c).
+ * with random weights in llama.cpp's exact layout (see tools/dev/mkmodel.c).
  */
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /*
  * cmd_quantize.c - `tern quantize IN OUT TYPE [--pure] [--threads N] [--quiet | --verbose]`:
  * re-quantize a model file with llama.cpp's per-tensor rules (see
- * src/mkmodel.h, mk_plan).
+ * tools/dev/mkmodel.h, mk_plan).
  */
 #include <stdio.h>
 #include <stdlib.h>
