@@ -2,13 +2,16 @@
 
 # No "make[1]: Entering directory" lines: cmake --build runs make again
 # underneath, and those lines would come before anything a person reads.
+# For the same reason CMAKE_GEN turns off CMake's "Built target X" lines
+# (CMAKE_TARGET_MESSAGES): a build with nothing to do prints nothing, one
+# that compiles still shows its progress.
 MAKEFLAGS += --no-print-directory
 BUILD      ?= build
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_TIME  ?= 60
 PREFIX     ?= /usr/local
 SHARED     ?= $(abspath ../shared)
-CMAKE_GEN  := cmake -S . -DCMAKE_BUILD_TYPE=Release
+CMAKE_GEN  := cmake -S . -DCMAKE_BUILD_TYPE=Release -DCMAKE_TARGET_MESSAGES=OFF
 
 .PHONY: all deps build test test-release test-asan test-tsan fuzz-smoke demo bench fuzz install clean
 
