@@ -4,13 +4,17 @@
  * forward pass over a block of positions.
  *
  * A model_t is read-only after loading and may be shared by any number of
- * contexts (one per thread of use). A model_ctx_t owns its KV cache, its
- * scratch and its worker pool; it is driven by one thread at a time.
+ * contexts (one per thread of use). A model_ctx_t owns its KV cache
+ * (kv_cache.h), its scratch and its worker pool; it is driven by one thread
+ * at a time.
  *
- * The forward pass (model.c, model_eval) reads like docs/ARCHITECTURE.md's
- * "path of one token"; a block of n positions goes through GEMM, one
- * position through matvec, and because the kernels are batch-invariant both
- * give the same bits for a position, at any thread count.
+ * Files: load.c (hyperparameters, tensor binding), kv_cache.c (the cache
+ * module), context.c (contexts: memory, KV state, prefix copy, save and
+ * restore), forward.c (model_eval). The forward pass reads like
+ * docs/ARCHITECTURE.md's "path of one token"; a block of n positions goes
+ * through GEMM, one position through matvec, and because the kernels are
+ * batch-invariant both give the same bits for a position, at any thread
+ * count.
  */
 #ifndef TERN_MODEL_H
 #define TERN_MODEL_H
@@ -21,7 +25,11 @@
 
 #include "format/gguf.h"
 #include "kernels/kernels.h"
+#include "model/kv_cache.h"
 #include "tern_pool.h"
+
+/* Most positions a context may have (and a file's context_length may say). */
+#define MODEL_MAX_CTX (1 << 24)
 
 typedef enum { ARCH_LLAMA = 0, ARCH_QWEN2 = 1, ARCH_QWEN3 = 2 } model_arch_t;
 
@@ -45,27 +53,31 @@ typedef struct {
     bool tied_output;      /* output matrix is token_embd */
 } model_hparams_t;
 
+/* Weights. A matrix (rows, cols) maps a row vector x of cols floats to
+ * y = x W^T of rows floats; in GGUF's order its shape is [cols, rows].
+ * D = n_embd, HD = head_dim, QD = n_head * HD, KVD = n_head_kv * HD, F = n_ff,
+ * V = n_vocab. */
 typedef struct {
-    const float *attn_norm;            /* (n_embd) */
-    kern_mat_t wq;                     /* (n_head * head_dim rows, n_embd cols) */
-    kern_mat_t wk, wv;                 /* (n_head_kv * head_dim, n_embd) */
-    const float *bq, *bk, *bv;         /* qwen2 biases (rows of wq, wk, wv), else NULL */
-    const float *q_norm, *k_norm;      /* qwen3 per-head RMSNorm weights (head_dim), else NULL */
-    kern_mat_t wo;                     /* (n_embd, n_head * head_dim) */
-    const float *ffn_norm;             /* (n_embd) */
-    kern_mat_t w_gate, w_up;           /* (n_ff, n_embd) */
-    kern_mat_t w_down;                 /* (n_embd, n_ff) */
+    const float *attn_norm;       /* (D) */
+    kern_mat_t wq;                /* (QD, D) */
+    kern_mat_t wk, wv;            /* (KVD, D) */
+    const float *bq, *bk, *bv;    /* (QD), (KVD), (KVD): qwen2 biases, else NULL */
+    const float *q_norm, *k_norm; /* (HD): qwen3 per-head RMSNorm weights, else NULL */
+    kern_mat_t wo;                /* (D, QD) */
+    const float *ffn_norm;        /* (D) */
+    kern_mat_t w_gate, w_up;      /* (F, D) */
+    kern_mat_t w_down;            /* (D, F) */
 } model_layer_t;
 
 typedef struct model {
-    gguf_file_t *file;  /* owned: the weights point into its mapping */
+    gguf_file_t *file; /* owned: the weights point into its mapping */
     model_hparams_t hp;
-    kern_mat_t tok_embd;  /* (n_vocab, n_embd): rows looked up and dequantized */
-    const float *out_norm; /* (n_embd) */
-    kern_mat_t output;    /* (n_vocab, n_embd): == tok_embd when tied */
+    kern_mat_t tok_embd;       /* (V, D): rows looked up and dequantized */
+    const float *out_norm;     /* (D) */
+    kern_mat_t output;         /* (V, D): == tok_embd when tied */
     const float *rope_factors; /* (n_rot / 2) frequency divisors, or NULL */
-    model_layer_t *layers; /* (n_layer) */
-    float *f32_store;      /* owned copies of norm weights, biases, rope factors */
+    model_layer_t *layers;     /* (n_layer) */
+    float *f32_store;          /* owned copies of norm weights, biases, rope factors */
     uint64_t weight_bytes_per_token; /* bytes of weights one decode step reads */
     uint64_t n_params;
     int main_type; /* the weight type holding the most bytes among the matrices */
@@ -116,15 +128,34 @@ void model_ctx_prof_reset(model_ctx_t *c);
 /* Replace the pool by one of n_threads (only for an owned pool). */
 int model_ctx_set_threads(model_ctx_t *c, int n_threads, tern_error_t *err);
 
-/* Run the forward pass over n tokens at positions pos..pos+n-1 (pos = the
- * current position), appending them to the KV cache. Blocks of n_batch
- * positions go through GEMM. logits_all (may be NULL): n x n_vocab floats,
- * the logits of every position. The logits of the last position are always
- * available afterwards from model_ctx_logits. Errors: bad token id, context
- * full (nothing is appended then), kernel failure. */
+/* Run the forward pass (forward.c) over n tokens at positions pos..pos+n-1
+ * (pos = the current position), appending them to the KV cache. Blocks of
+ * n_batch positions go through GEMM. logits_all (may be NULL): n x n_vocab
+ * floats, the logits of every position. The logits of the last position are
+ * always available afterwards from model_ctx_logits. Errors: bad token id,
+ * context full (nothing is appended then), kernel failure. */
 int model_eval(model_ctx_t *c, const int32_t *ids, int64_t n, float *logits_all, tern_error_t *err);
 const float *model_ctx_logits(const model_ctx_t *c); /* n_vocab floats */
 
 const char *model_arch_name(model_arch_t a);
+
+/* ---- KV state ------------------------------------------------------------
+ * A context's state between calls is its KV cache: model_ctx_pos positions.
+ * The logits (model_ctx_logits) are not part of it: after a prefix copy or a
+ * restore, evaluate at least one token before reading them. */
+
+/* The context's cache (its layout: kv_cache_layout). */
+kv_cache_t *model_ctx_kv(model_ctx_t *c);
+/* dst takes src's first n positions (prompt-prefix sharing): both contexts
+ * of the same model with compatible caches (same KV type), n <= src's
+ * position and <= dst's n_ctx. dst's own positions are dropped; on error dst
+ * is unchanged. */
+int model_ctx_copy_prefix(model_ctx_t *dst, const model_ctx_t *src, int64_t n, tern_error_t *err);
+/* Save the KV cache (all model_ctx_pos positions) through write, in
+ * kv_cache.h's serialized form; restore it through read (the layout and
+ * position count are checked before anything is read into the cache; a
+ * short input leaves the context empty). */
+int model_ctx_kv_save(const model_ctx_t *c, kv_write_fn write, void *user, tern_error_t *err);
+int model_ctx_kv_load(model_ctx_t *c, kv_read_fn read, void *user, tern_error_t *err);
 
 #endif
