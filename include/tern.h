@@ -145,23 +145,27 @@ int tern_context_set_threads(tern_context_t *c, int32_t n_threads, tern_error_t 
  * pos is beyond the current position. tern_get_logits is not recomputed:
  * evaluate a token before sampling again. */
 int tern_context_truncate(tern_context_t *c, int32_t pos, tern_error_t *err);
-/* Called between forward blocks of a long evaluation; returning nonzero
- * stops it with TERN_EINVAL ("aborted"); positions of finished blocks stay in
- * the cache. fn NULL removes it. */
+/* Called between forward blocks (n_batch positions) of a long evaluation;
+ * returning nonzero stops it with TERN_EABORTED; positions of finished
+ * blocks stay in the cache. fn NULL removes it. */
 void tern_context_set_abort(tern_context_t *c, int (*fn)(void *user), void *user);
 
 /* Evaluate n tokens at the current position, appending them to the KV
  * cache. logits_all (may be NULL): n x n_vocab floats receive the logits of
  * every position; the last position's are always kept (tern_get_logits).
- * Errors (nothing appended unless stated): TERN_EINVAL (token id out of
- * range, context full: "context full" in the message, aborted), or a kernel
- * error. Timed as prompt when n > 1, as generation when n == 1. */
+ * Errors (nothing appended unless stated): TERN_ECTXFULL (pos + n > n_ctx),
+ * TERN_EABORTED (the abort callback said stop: the blocks before it stay
+ * appended), TERN_EINVAL (bad arguments, token id out of range), or a kernel
+ * error (TERN_EJOB ...). Timed as prompt when n > 1, as generation when
+ * n == 1. */
 int tern_eval(tern_context_t *c, const int32_t *ids, int32_t n, float *logits_all, tern_error_t *err);
 /* n_vocab logits of the last evaluated position; valid until the next eval. */
 const float *tern_get_logits(const tern_context_t *c);
 
-/* Counters since creation (or the last reset). Dispatches count pool runs
- * that woke workers (all pools of the process, during this context's evals). */
+/* Counters since creation (or the last reset). Dispatches count the runs of
+ * this context's own pool that handed work to its threads
+ * (tern_pool_dispatches), so other contexts working at the same time do not
+ * show up here. */
 typedef struct {
     int64_t n_prompt;           /* tokens evaluated in blocks (n > 1) */
     uint64_t prompt_ns;

@@ -80,7 +80,11 @@ int tern_pool_run(tern_pool_t *pool, const tern_range_t *ranges, int n_ranges, t
 void *tern_pool_scratch(tern_pool_t *pool, int worker);
 size_t tern_pool_scratch_size(const tern_pool_t *pool);
 
-/* Dispatches (runs that woke the pool) since process start, all pools. */
+/* Dispatches: runs that handed work to the pool's threads (not those that
+ * stayed on the caller: serial, gated or one-chunk runs). Per pool since its
+ * creation (NULL pool -> 0; safe to read from any thread, exact once the
+ * pool's runs have returned), and in all pools since process start. */
+uint64_t tern_pool_dispatches(const tern_pool_t *pool);
 uint64_t tern_pool_dispatch_count(void);
 
 /* Tuning (benchmarks, tests). Call between runs, from the driving thread.

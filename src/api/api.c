@@ -245,23 +245,27 @@ static int eval_kind(tern_context_t *c, const int32_t *ids, int32_t n, float *lo
     if (!c || n < 0 || (n > 0 && !ids)) return tern_err(err, TERN_EINVAL, "tern_eval: bad arguments");
     if (n == 0) return 0;
     int64_t room = model_ctx_n_ctx(c->mc) - model_ctx_pos(c->mc);
+    /* Checked here, before model_eval (which would say TERN_EINVAL), so the
+     * caller gets its own code; nothing is appended. */
     if (n > room)
-        return tern_err(err, TERN_EINVAL, "context full: %lld positions + %d new > context size %lld",
+        return tern_err(err, TERN_ECTXFULL, "context full: %lld positions + %d new > context size %lld",
                         (long long)model_ctx_pos(c->mc), n, (long long)model_ctx_n_ctx(c->mc));
     const int64_t V = c->model->m->hp.n_vocab;
-    /* Block by block, so that the abort callback runs between blocks. */
+    /* Block by block, so that the abort callback runs between blocks. The
+     * pool does not change during an eval (set_threads is the caller's). */
     const int64_t step = model_ctx_n_batch(c->mc);
-    uint64_t d0 = tern_pool_dispatch_count(), t0 = tern_now_ns();
+    const tern_pool_t *pool = model_ctx_pool(c->mc);
+    uint64_t d0 = tern_pool_dispatches(pool), t0 = tern_now_ns();
     int rc = 0;
     for (int64_t off = 0; off < n && rc == 0; off += step) {
         if (off > 0 && c->abort_fn && c->abort_fn(c->abort_user)) {
-            rc = tern_err(err, TERN_EINVAL, "evaluation aborted after %lld of %d tokens", (long long)off, n);
+            rc = tern_err(err, TERN_EABORTED, "evaluation aborted after %lld of %d tokens", (long long)off, n);
             break;
         }
         int64_t k = n - off < step ? n - off : step;
         rc = model_eval(c->mc, ids + off, k, logits_all ? logits_all + off * V : NULL, err);
     }
-    uint64_t dt = tern_now_ns() - t0, dd = tern_pool_dispatch_count() - d0;
+    uint64_t dt = tern_now_ns() - t0, dd = tern_pool_dispatches(pool) - d0;
     if (prompt) {
         c->t.n_prompt += n;
         c->t.prompt_ns += dt;
