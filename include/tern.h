@@ -4,8 +4,15 @@
  * includes tern_error.h (error codes) and tern_pool.h (the worker pool,
  * usable on its own); see the usage example at "models, contexts" below.
  *
- * Threading contract: objects are owned by whoever created them; every
- * *_free accepts NULL. Which calls may run concurrently is said per object.
+ * Names: tern_<object>_<verb>. Every object is made by tern_<object>_create
+ * (tern_context_create, tern_sampler_create, tern_detok_create,
+ * tern_pool_create) and released by tern_<object>_free, which accepts NULL.
+ * The one other constructor verb is tern_model_load: a model is not built
+ * from parameters but opened from a file (and mapped), and load says that.
+ * Parameter structs come from tern_<object>_default_params().
+ *
+ * Threading contract: objects are owned by whoever created them. Which
+ * calls may run concurrently is said per object.
  *
  * Errors: functions that can fail return 0 on success and a negative
  * TERN_E* code on failure, filling `err` (when not NULL) with a message that
@@ -98,10 +105,10 @@ int tern_tokenize(const tern_model_t *m, const char *text, size_t len, int add_b
 /* Streaming detokenizer: bytes are held until a UTF-8 code point completes.
  * push/flush write at most cap bytes to out and return the count, or -1 when
  * cap is too small (32 bytes always suffice for one token's text plus held
- * bytes in practice; 256 is safe). NULL from new: out of memory or no
+ * bytes in practice; 256 is safe). NULL from create: out of memory or no
  * tokenizer (err says which). */
 typedef struct tern_detok tern_detok_t;
-tern_detok_t *tern_detok_new(const tern_model_t *m, tern_error_t *err);
+tern_detok_t *tern_detok_create(const tern_model_t *m, tern_error_t *err);
 int tern_detok_push(tern_detok_t *d, int32_t id, char *out, size_t cap);
 int tern_detok_flush(tern_detok_t *d, char *out, size_t cap);
 void tern_detok_free(tern_detok_t *d);
@@ -130,8 +137,8 @@ tern_context_params_t tern_context_default_params(void);
 
 /* Create a context (KV cache, scratch, pool). NULL on error: TERN_EINVAL
  * (bad parameter), TERN_ENOMEM (the message gives the KV cache size). The
- * caller owns it; it borrows m. */
-tern_context_t *tern_context_create(tern_model_t *m, const tern_context_params_t *p, tern_error_t *err);
+ * caller owns it; it borrows m, which is only read. */
+tern_context_t *tern_context_create(const tern_model_t *m, const tern_context_params_t *p, tern_error_t *err);
 void tern_context_free(tern_context_t *c);
 /* A line about a decision the context made (e.g. "context capped at ..."),
  * or "". Owned by the context. */

@@ -46,7 +46,7 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static tern_context_t *open_context(tern_model_t *m, const run_opts_t *o) {
+static tern_context_t *open_context(const tern_model_t *m, const run_opts_t *o) {
     tern_error_t err = {0};
     tern_context_params_t cp = tern_context_default_params();
     cp.n_threads = o->n_threads;
@@ -135,7 +135,7 @@ int cmd_run(int argc, char **argv) {
     }
     arm_sigint();
     if (!o.no_display_prompt && !o.print_ids) {
-        tern_detok_t *d = tern_detok_new(m, &err);
+        tern_detok_t *d = tern_detok_create(m, &err);
         char buf[512];
         for (size_t i = 0; d && i < n_ids; i++) {
             int k = tern_detok_push(d, ids[i], buf, sizeof buf);

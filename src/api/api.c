@@ -23,7 +23,7 @@ struct tern_model {
 };
 
 struct tern_context {
-    tern_model_t *model;
+    const tern_model_t *model;
     model_ctx_t *mc;
     char note[256];
     tern_timings_t t;
@@ -146,7 +146,7 @@ int tern_tokenize(const tern_model_t *m, const char *text, size_t len, int add_b
     return tok_encode(m->tok, text ? text : "", len, add_bos != 0, parse_special != 0, ids, n_ids, err);
 }
 
-tern_detok_t *tern_detok_new(const tern_model_t *m, tern_error_t *err) {
+tern_detok_t *tern_detok_create(const tern_model_t *m, tern_error_t *err) {
     if (!m->tok) {
         tern_err(err, TERN_EINVAL, "%s", m->tok_err);
         return NULL;
@@ -191,7 +191,7 @@ tern_context_params_t tern_context_default_params(void) {
     return p;
 }
 
-tern_context_t *tern_context_create(tern_model_t *m, const tern_context_params_t *p, tern_error_t *err) {
+tern_context_t *tern_context_create(const tern_model_t *m, const tern_context_params_t *p, tern_error_t *err) {
     if (!m) {
         tern_err(err, TERN_EINVAL, "tern_context_create: NULL model");
         return NULL;
