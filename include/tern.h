@@ -48,7 +48,7 @@ extern "C" {
  *     tern_sampler_t *smp = tern_sampler_create(m, &sp, &err);
  *     int32_t *ids; size_t n;
  *     tern_tokenize(m, "Once upon a time", 16, 1, 0, &ids, &n, &err);
- *     tern_generate(ctx, smp, ids, (int32_t)n, 64, print_piece, NULL, NULL, &err);
+ *     tern_generate(ctx, smp, ids, (int32_t)n, 64, print_piece, NULL, NULL, &err);   // NULL: no result wanted
  *     free(ids);
  *     tern_sampler_free(smp); tern_context_free(ctx); tern_model_free(m);
  *
@@ -217,19 +217,40 @@ void tern_sampler_reset(tern_sampler_t *s);
  * tokenizer). Return nonzero to stop. */
 typedef int (*tern_token_cb)(int32_t id, const char *text, size_t len, void *user);
 
+/* Why tern_generate stopped. Each reason also says where the KV cache ends. */
+typedef enum {
+    TERN_STOP_LENGTH = 0,   /* n_predict tokens reported, all evaluated */
+    TERN_STOP_EOG = 1,      /* an end-of-generation token: reported, not evaluated */
+    TERN_STOP_CALLBACK = 2, /* cb returned nonzero: its token was evaluated */
+    TERN_STOP_CTX_FULL = 3, /* the context filled up: the last token reported did not fit */
+    TERN_STOP_ERROR = 4     /* tern_generate returned an error (err says which) */
+} tern_stop_reason_t;
+/* "length", "eog", "callback", "context full", "error" (as an HTTP server's
+ * finish_reason would want them); "?" for other values. */
+const char *tern_stop_reason_name(tern_stop_reason_t r);
+
+typedef struct {
+    int32_t n_generated;     /* tokens reported to cb (not counting the final id -1 flush) */
+    tern_stop_reason_t stop; /* why it stopped */
+} tern_generate_result_t;
+
 /* Evaluate the prompt (n_prompt ids, in n_batch blocks; may be 0 to continue
  * from the cache), then sample, report and evaluate up to n_predict tokens,
  * stopping early at an end-of-generation token (reported, not evaluated), a
  * full context, or when cb returns nonzero. Every reported token except an
  * end-of-generation one is evaluated, so the cache ends right after the
  * text reported and a later call continues from there (except when the
- * context filled up: the last token reported then did not fit). Bytes the detokenizer
- * still holds at the end are reported with id -1. Prompt ids are put in the
- * sampler's penalty window. *n_generated (may be NULL) receives the count of
- * tokens reported. Returns 0 (also when stopped early or by a full context)
- * or an error from tern_eval. */
+ * context filled up: the last token reported then did not fit). When
+ * several reasons meet at one token, the first of EOG, CTX_FULL, CALLBACK,
+ * LENGTH is reported (so the reason tells where the cache ends). Bytes the
+ * detokenizer still holds at the end are reported with id -1. Prompt ids
+ * are put in the sampler's penalty window. res (may be NULL) receives the
+ * count of tokens reported and the stop reason. Returns 0 (also when
+ * stopped early or by a full context) or an error: from tern_eval
+ * (TERN_ECTXFULL when the prompt does not fit, TERN_EABORTED ...), or
+ * TERN_EINVAL when the sampler's mask or logit bias allowed no token. */
 int tern_generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, int32_t n_prompt, int32_t n_predict,
-                  tern_token_cb cb, void *user, int32_t *n_generated, tern_error_t *err);
+                  tern_token_cb cb, void *user, tern_generate_result_t *res, tern_error_t *err);
 
 #ifdef __cplusplus
 }

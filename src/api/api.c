@@ -346,9 +346,23 @@ void tern_sampler_reset(tern_sampler_t *s) { sampler_reset(s->s); }
 
 /* ---- generation ---- */
 
+const char *tern_stop_reason_name(tern_stop_reason_t r) {
+    switch (r) {
+    case TERN_STOP_LENGTH: return "length";
+    case TERN_STOP_EOG: return "eog";
+    case TERN_STOP_CALLBACK: return "callback";
+    case TERN_STOP_CTX_FULL: return "context full";
+    case TERN_STOP_ERROR: return "error";
+    }
+    return "?";
+}
+
 int tern_generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, int32_t n_prompt, int32_t n_predict,
-                  tern_token_cb cb, void *user, int32_t *n_generated, tern_error_t *err) {
-    if (n_generated) *n_generated = 0;
+                  tern_token_cb cb, void *user, tern_generate_result_t *res, tern_error_t *err) {
+    if (res) {
+        res->n_generated = 0;
+        res->stop = TERN_STOP_ERROR;
+    }
     if (!c || !s || n_prompt < 0 || (n_prompt > 0 && !prompt))
         return tern_err(err, TERN_EINVAL, "tern_generate: bad arguments");
     if (n_prompt == 0 && model_ctx_pos(c->mc) == 0)
@@ -367,12 +381,19 @@ int tern_generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, i
     }
     char text[512];
     int32_t ng = 0;
-    bool stop = false;
-    while (ng < n_predict && !stop) {
+    tern_stop_reason_t why = TERN_STOP_LENGTH;
+    while (ng < n_predict) {
         uint64_t t0 = tern_now_ns();
         int32_t id = sampler_sample(s->s, model_ctx_logits(c->mc));
         c->t.sample_ns += tern_now_ns() - t0;
         c->t.n_sample++;
+        if (id < 0) {
+            rc = tern_err(err, TERN_EINVAL,
+                          "tern_generate: the sampler allowed no token (the mask or the logit bias banned every one, "
+                          "or the mask callback failed) after %d tokens",
+                          ng);
+            break;
+        }
         sampler_accept(s->s, id);
         bool eog = m->tok && tok_is_eog(m->tok, id);
         int len = 0;
@@ -381,17 +402,30 @@ int tern_generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, i
             if (len < 0) len = 0;
         }
         ng++;
-        if (cb && cb(id, m->tok ? text : NULL, (size_t)len, user)) stop = true;
-        if (eog) break;
+        bool cb_stop = cb && cb(id, m->tok ? text : NULL, (size_t)len, user);
+        if (eog) {
+            why = TERN_STOP_EOG;
+            break;
+        }
         /* Every reported token except an end-of-generation one goes into the
          * cache, so a later call (chat) continues exactly after it. */
-        if (model_ctx_pos(c->mc) >= model_ctx_n_ctx(c->mc)) break;
+        if (model_ctx_pos(c->mc) >= model_ctx_n_ctx(c->mc)) {
+            why = TERN_STOP_CTX_FULL;
+            break;
+        }
         if ((rc = eval_kind(c, &id, 1, NULL, 0, err))) break;
+        if (cb_stop) {
+            why = TERN_STOP_CALLBACK;
+            break;
+        }
     }
     if (m->tok && cb) {
         int len = tok_stream_flush(&ds, text, sizeof text);
         if (len > 0) cb(-1, text, (size_t)len, user);
     }
-    if (n_generated) *n_generated = ng;
+    if (res) {
+        res->n_generated = ng;
+        res->stop = rc ? TERN_STOP_ERROR : why;
+    }
     return rc;
 }
