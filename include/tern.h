@@ -127,7 +127,10 @@ int tern_chat_render(const tern_model_t *m, const char *tmpl_name, const tern_ch
 
 /* ---- contexts ---- */
 typedef struct {
-    int32_t n_threads; /* threads in all, caller included; <= 0: tern_threads_default */
+    /* Threads in all, caller included; <= 0: tern_threads_default. More than
+     * the CPUs the process may run on works (same results, slower; the note
+     * says so); more than 4 per CPU is clamped to 4 per CPU (noted). */
+    int32_t n_threads;
     int32_t n_ctx;     /* positions; <= 0: the model's, capped to fit memory (see tern_context_note) */
     int32_t n_batch;   /* prompt positions per forward block (GEMM); <= 0: 512 */
     int32_t kv_f32;    /* 1: F32 KV cache; 0: F16 (default) */
@@ -140,13 +143,15 @@ tern_context_params_t tern_context_default_params(void);
  * caller owns it; it borrows m, which is only read. */
 tern_context_t *tern_context_create(const tern_model_t *m, const tern_context_params_t *p, tern_error_t *err);
 void tern_context_free(tern_context_t *c);
-/* A line about a decision the context made (e.g. "context capped at ..."),
- * or "". Owned by the context. */
+/* A line about the decisions the context made ("context capped at ...",
+ * "999 threads requested, clamped to 8 ..."), or "". Owned by the context;
+ * tern_context_set_threads replaces it by its own (or ""). */
 const char *tern_context_note(const tern_context_t *c);
 int32_t tern_context_n_ctx(const tern_context_t *c);
 int32_t tern_context_pos(const tern_context_t *c); /* positions in the KV cache */
 int32_t tern_context_threads(const tern_context_t *c);
-/* Replace the context's pool by one of n_threads; the KV cache stays. */
+/* Replace the context's pool by one of n_threads (resolved and clamped as
+ * at creation); the KV cache stays. */
 int tern_context_set_threads(tern_context_t *c, int32_t n_threads, tern_error_t *err);
 /* Drop positions >= pos from the KV cache (0: start over). TERN_EINVAL if
  * pos is beyond the current position. tern_get_logits is not recomputed:

@@ -8,6 +8,7 @@
 
 #include "tern.h"
 #include "core/common.h"
+#include "core/cpu.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "text/sampler.h"
@@ -25,7 +26,7 @@ struct tern_model {
 struct tern_context {
     const tern_model_t *model;
     model_ctx_t *mc;
-    char note[256];
+    char note[512];
     tern_timings_t t;
     int (*abort_fn)(void *);
     void *abort_user;
@@ -191,6 +192,33 @@ tern_context_params_t tern_context_default_params(void) {
     return p;
 }
 
+/* Thread counts. A pool of more threads than the CPUs this process may run
+ * on still computes the same bits, but its workers park instead of spinning
+ * and every dispatch waits for all of them to be scheduled: slower, and at
+ * hundreds of threads per CPU absurdly so. Up to TERN_THREADS_PER_CPU per
+ * CPU is allowed (thread-invariance checks run -t 3 and 4 on two cores) with
+ * a note; more is clamped to that, with a note. The note is appended to
+ * note (the context's note, which may already hold a line). */
+#define TERN_THREADS_PER_CPU 4
+static int32_t resolve_threads(int32_t want, char *note, size_t note_len) {
+    int32_t n = want > 0 ? want : (int32_t)tern_threads_default(NULL, 0);
+    const int cpus = cpu_online();
+    const int32_t max = (int32_t)TERN_THREADS_PER_CPU * cpus;
+    size_t used = strlen(note);
+    char *at = note + used;
+    size_t room = note_len - used;
+    const char *sep = used ? "; " : "";
+    if (n > max) {
+        snprintf(at, room, "%s%d threads requested, clamped to %d (%d per CPU; this process may run on %d CPU%s)",
+                 sep, n, max, TERN_THREADS_PER_CPU, cpus, cpus == 1 ? "" : "s");
+        n = max;
+    } else if (n > cpus) {
+        snprintf(at, room, "%s%d threads on %d CPU%s: oversubscribed (same results, slower than %d threads)", sep, n,
+                 cpus, cpus == 1 ? "" : "s", cpus);
+    }
+    return n;
+}
+
 tern_context_t *tern_context_create(const tern_model_t *m, const tern_context_params_t *p, tern_error_t *err) {
     if (!m) {
         tern_err(err, TERN_EINVAL, "tern_context_create: NULL model");
@@ -205,7 +233,8 @@ tern_context_t *tern_context_create(const tern_model_t *m, const tern_context_pa
     }
     c->model = m;
     model_ctx_params_t mp = model_ctx_default_params();
-    mp.n_threads = p->n_threads;
+    char tnote[sizeof c->note] = "";
+    mp.n_threads = resolve_threads(p->n_threads, tnote, sizeof tnote);
     mp.n_ctx = p->n_ctx;
     mp.n_batch = p->n_batch;
     mp.kv_f32 = p->kv_f32 != 0;
@@ -214,6 +243,10 @@ tern_context_t *tern_context_create(const tern_model_t *m, const tern_context_pa
     if (!c->mc) {
         free(c);
         return NULL;
+    }
+    if (tnote[0]) {
+        size_t used = strlen(c->note);
+        snprintf(c->note + used, sizeof c->note - used, "%s%s", used ? "; " : "", tnote);
     }
     return c;
 }
@@ -229,7 +262,10 @@ int32_t tern_context_n_ctx(const tern_context_t *c) { return (int32_t)model_ctx_
 int32_t tern_context_pos(const tern_context_t *c) { return (int32_t)model_ctx_pos(c->mc); }
 int32_t tern_context_threads(const tern_context_t *c) { return model_ctx_threads(c->mc); }
 int tern_context_set_threads(tern_context_t *c, int32_t n, tern_error_t *err) {
-    return model_ctx_set_threads(c->mc, n, err);
+    char tnote[sizeof c->note] = "";
+    int rc = model_ctx_set_threads(c->mc, resolve_threads(n, tnote, sizeof tnote), err);
+    if (rc == 0) snprintf(c->note, sizeof c->note, "%s", tnote);
+    return rc;
 }
 int tern_context_truncate(tern_context_t *c, int32_t pos, tern_error_t *err) {
     return model_ctx_truncate(c->mc, pos, err);
