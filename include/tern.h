@@ -203,18 +203,56 @@ void tern_context_profile(const tern_context_t *c, tern_profile_t *p);
 /* The kernel ISA in use ("avx512", "avx2", "scalar"). */
 const char *tern_isa_name(void);
 
-/* ---- sampling ---- */
-/* Parameters: tern_sampler_params_t (tern_sampler.h). */
+/* ---- sampling ----
+ * The chain, its stages and their order: tern_sampler.h. A sampler is used
+ * by one thread at a time. */
 tern_sampler_params_t tern_sampler_default_params(void); /* seed 0x7e57 */
-/* NULL on error (TERN_EINVAL names the bad parameter). The caller owns it. */
+/* The default chain of p. NULL on error (TERN_EINVAL names the bad
+ * parameter). The caller owns it. */
 tern_sampler_t *tern_sampler_create(const tern_model_t *m, const tern_sampler_params_t *p, tern_error_t *err);
+/* A chain of n_stages stages in the application's order (each kind at most
+ * once, TERN_STAGE_DIST or TERN_STAGE_GREEDY last), parameters from p.
+ * TERN_EINVAL for a bad chain (the message says what). E.g. temperature
+ * before the truncations:
+ *     tern_sampler_stage_t st[] = {TERN_STAGE_MASK, TERN_STAGE_PENALTIES, TERN_STAGE_TEMP,
+ *                                  TERN_STAGE_TOP_K, TERN_STAGE_TOP_P, TERN_STAGE_DIST};
+ *     s = tern_sampler_create_chain(m, &p, st, 6, &err); */
+tern_sampler_t *tern_sampler_create_chain(const tern_model_t *m, const tern_sampler_params_t *p,
+                                          const tern_sampler_stage_t *stages, int32_t n_stages, tern_error_t *err);
 void tern_sampler_free(tern_sampler_t *s);
-/* Choose from n_vocab logits (not modified). */
+/* The chain's stages in order into stages (at most cap); returns how many
+ * it has. */
+int32_t tern_sampler_chain(const tern_sampler_t *s, tern_sampler_stage_t *stages, int32_t cap);
+/* The MASK stage's callback (tern_mask_fn); fn NULL removes it. user is
+ * passed back to fn. Stays until replaced. */
+void tern_sampler_set_mask(tern_sampler_t *s, tern_mask_fn fn, void *user);
+/* Replace the LOGIT_BIAS list by a copy of n entries (n 0: none).
+ * TERN_EINVAL (nothing changed) for a token outside [0, n_vocab) or a bias
+ * that is NaN or +INFINITY. */
+int tern_sampler_set_logit_bias(tern_sampler_t *s, const tern_logit_bias_t *bias, size_t n, tern_error_t *err);
+/* Choose from n_vocab logits (not modified). -1 when no token is allowed:
+ * the mask and the logit bias banned every one, or the mask callback
+ * returned nonzero. Without a mask or bans it never fails. */
 int32_t tern_sampler_sample(tern_sampler_t *s, const float *logits);
-/* Put an id in the penalty window (prompt and generated tokens). */
+/* Put an id in the penalty window (prompt and generated tokens); ids
+ * outside [0, n_vocab) are ignored. */
 void tern_sampler_accept(tern_sampler_t *s, int32_t id);
 /* Empty the window and restart the RNG from the seed. */
 void tern_sampler_reset(tern_sampler_t *s);
+
+/* Snapshot and restore of the sampler's state (RNG position and penalty
+ * window; not the chain, mask or bias, which are configuration): a byte
+ * blob (format in tern_sampler.h) a session file can store. size: the most
+ * bytes a save can take for this sampler (header + a full window), so one
+ * buffer of that size serves every snapshot. save: writes the state and
+ * returns its length, or 0 when cap is too small (nothing written). load:
+ * 0, or an error with s unchanged: TERN_EFORMAT (truncated or malformed
+ * blob, id out of range), TERN_EUNSUP (another format version), TERN_EINVAL
+ * (saved for another vocabulary size, or a window longer than this
+ * sampler's repeat_last_n). Safe on any bytes. */
+size_t tern_sampler_state_size(const tern_sampler_t *s);
+size_t tern_sampler_state_save(const tern_sampler_t *s, void *buf, size_t cap);
+int tern_sampler_state_load(tern_sampler_t *s, const void *buf, size_t len, tern_error_t *err);
 
 /* ---- generation ---- */
 /* Called for each generated token with its text (possibly empty while a

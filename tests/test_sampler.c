@@ -25,8 +25,8 @@ static tern_sampler_params_t neutral(void) {
 
 static sampler_t *mk(const tern_sampler_params_t *p, int32_t n) {
     tern_error_t err = {0};
-    sampler_t *s = sampler_new(p, n, &err);
-    if (!s) print_message("sampler_new: %s\n", err.msg);
+    sampler_t *s = sampler_create(p, n, &err);
+    if (!s) print_message("sampler_create: %s\n", err.msg);
     assert_non_null(s);
     return s;
 }
@@ -293,17 +293,17 @@ static void test_bad_params(void **state) {
     tern_error_t err = {0};
     tern_sampler_params_t p = neutral();
     p.top_p = 1.5f;
-    assert_null(sampler_new(&p, 10, &err));
+    assert_null(sampler_create(&p, 10, &err));
     assert_non_null(strstr(err.msg, "top_p"));
     p = neutral();
     p.repeat_penalty = 0;
-    assert_null(sampler_new(&p, 10, &err));
+    assert_null(sampler_create(&p, 10, &err));
     assert_non_null(strstr(err.msg, "repeat_penalty"));
     p = neutral();
     p.temp = NAN;
-    assert_null(sampler_new(&p, 10, &err));
+    assert_null(sampler_create(&p, 10, &err));
     p = neutral();
-    assert_null(sampler_new(&p, 0, &err));
+    assert_null(sampler_create(&p, 0, &err));
 }
 
 int main(void) {

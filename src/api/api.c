@@ -354,31 +354,55 @@ tern_sampler_params_t tern_sampler_default_params(void) {
     return p;
 }
 
+static tern_sampler_t *sampler_wrap(sampler_t *in, tern_error_t *err) {
+    if (!in) return NULL;
+    tern_sampler_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        sampler_free(in);
+        tern_err(err, TERN_ENOMEM, "out of memory");
+        return NULL;
+    }
+    s->s = in;
+    return s;
+}
+
 tern_sampler_t *tern_sampler_create(const tern_model_t *m, const tern_sampler_params_t *p, tern_error_t *err) {
     if (!m || !p) {
         tern_err(err, TERN_EINVAL, "tern_sampler_create: bad arguments");
         return NULL;
     }
-    tern_sampler_t *s = calloc(1, sizeof *s);
-    if (!s) {
-        tern_err(err, TERN_ENOMEM, "out of memory");
+    return sampler_wrap(sampler_create(p, (int32_t)m->m->hp.n_vocab, err), err);
+}
+tern_sampler_t *tern_sampler_create_chain(const tern_model_t *m, const tern_sampler_params_t *p,
+                                          const tern_sampler_stage_t *stages, int32_t n_stages, tern_error_t *err) {
+    if (!m || !p || !stages) {
+        tern_err(err, TERN_EINVAL, "tern_sampler_create_chain: bad arguments");
         return NULL;
     }
-    s->s = sampler_new(p, (int32_t)m->m->hp.n_vocab, err);
-    if (!s->s) {
-        free(s);
-        return NULL;
-    }
-    return s;
+    return sampler_wrap(sampler_create_chain(p, stages, (int)n_stages, (int32_t)m->m->hp.n_vocab, err), err);
 }
 void tern_sampler_free(tern_sampler_t *s) {
     if (!s) return;
     sampler_free(s->s);
     free(s);
 }
+int32_t tern_sampler_chain(const tern_sampler_t *s, tern_sampler_stage_t *stages, int32_t cap) {
+    return sampler_chain(s->s, stages, cap);
+}
+void tern_sampler_set_mask(tern_sampler_t *s, tern_mask_fn fn, void *user) { sampler_set_mask(s->s, fn, user); }
+int tern_sampler_set_logit_bias(tern_sampler_t *s, const tern_logit_bias_t *bias, size_t n, tern_error_t *err) {
+    return sampler_set_logit_bias(s->s, bias, n, err);
+}
 int32_t tern_sampler_sample(tern_sampler_t *s, const float *logits) { return sampler_sample(s->s, logits); }
 void tern_sampler_accept(tern_sampler_t *s, int32_t id) { sampler_accept(s->s, id); }
 void tern_sampler_reset(tern_sampler_t *s) { sampler_reset(s->s); }
+size_t tern_sampler_state_size(const tern_sampler_t *s) { return sampler_state_size(s->s); }
+size_t tern_sampler_state_save(const tern_sampler_t *s, void *buf, size_t cap) {
+    return sampler_state_save(s->s, buf, cap);
+}
+int tern_sampler_state_load(tern_sampler_t *s, const void *buf, size_t len, tern_error_t *err) {
+    return sampler_state_load(s->s, buf, len, err);
+}
 
 /* ---- generation ---- */
 
