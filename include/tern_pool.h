@@ -31,6 +31,9 @@ extern "C" {
 
 typedef struct tern_pool tern_pool_t;
 
+/* The most threads a pool can have (tern_pool_create fails beyond). */
+#define TERN_POOL_MAX_THREADS 1024
+
 /* A job body: process rows [row_begin, row_end) of one range. `worker` is
  * 0 for the calling thread and 1..n_threads-1 for pool threads; it indexes
  * per-worker scratch. Return 0, or a nonzero error code that the dispatch

@@ -203,13 +203,14 @@ tern_context_params_t tern_context_default_params(void) {
 static int32_t resolve_threads(int32_t want, char *note, size_t note_len) {
     int32_t n = want > 0 ? want : (int32_t)tern_threads_default(NULL, 0);
     const int cpus = cpu_online();
-    const int32_t max = (int32_t)TERN_THREADS_PER_CPU * cpus;
+    int32_t max = (int32_t)TERN_THREADS_PER_CPU * cpus;
+    if (max > TERN_POOL_MAX_THREADS) max = TERN_POOL_MAX_THREADS;
     size_t used = strlen(note);
     char *at = note + used;
     size_t room = note_len - used;
     const char *sep = used ? "; " : "";
     if (n > max) {
-        snprintf(at, room, "%s%d threads requested, clamped to %d (%d per CPU; this process may run on %d CPU%s)",
+        snprintf(at, room, "%s%d threads requested, clamped to %d (at most %d per CPU; this process may run on %d CPU%s)",
                  sep, n, max, TERN_THREADS_PER_CPU, cpus, cpus == 1 ? "" : "s");
         n = max;
     } else if (n > cpus) {

@@ -116,7 +116,8 @@
 #define ST_WAITER (1u << 13)
 #define ST_EPOCH_SHIFT 14
 #define ST_EPOCH_ONE (1u << ST_EPOCH_SHIFT)
-#define POOL_MAX_THREADS 1024 /* < ST_INSIDE_MASK */
+#define POOL_MAX_THREADS TERN_POOL_MAX_THREADS /* < ST_INSIDE_MASK */
+_Static_assert(POOL_MAX_THREADS < ST_INSIDE_MASK, "inside must count every worker");
 
 #define WAKE_WORKERS 1u
 #define WAKE_CALLER 2u
