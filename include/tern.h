@@ -1,8 +1,10 @@
 /*
  * tern.h - the public C API of tern, a CPU inference engine for LLMs: load a
  * GGUF model, create a context, tokenize, evaluate, sample, generate. It
- * includes tern_error.h (error codes) and tern_pool.h (the worker pool,
- * usable on its own); see the usage example at "models, contexts" below.
+ * includes tern_error.h (error codes, the log callback), tern_pool.h (the
+ * worker pool, usable on its own) and tern_sampler.h (the sampler's chain,
+ * parameters and state format); see the usage example at "models,
+ * contexts" below.
  *
  * Names: tern_<object>_<verb>. Every object is made by tern_<object>_create
  * (tern_context_create, tern_sampler_create, tern_detok_create,

@@ -85,11 +85,11 @@ typedef struct {
 } tern_token_logit_t;
 
 /* The MASK stage: set the logit of every candidate the application does not
- * allow to -INFINITY (leave the others, and every id, alone). In the default chain it runs
- * first, on all n_vocab ids in id order (cand[i].id == i); in a custom chain
- * after a truncation, on the survivors in any order. Return 0, or nonzero to
- * fail the sample (tern_sampler_sample returns -1). Called on the thread
- * that samples. */
+ * allow to -INFINITY; leave the others, and every id, alone. In the default
+ * chain it runs first, on all n_vocab ids in id order (cand[i].id == i); in
+ * a custom chain after a truncation, on the survivors in any order. Return
+ * 0, or nonzero to fail the sample (tern_sampler_sample returns -1). Called
+ * on the thread that samples, once per sample. */
 typedef int (*tern_mask_fn)(void *user, tern_token_logit_t *cand, int32_t n_cand);
 
 /* One LOGIT_BIAS entry: logit += bias for token (-INFINITY bans it; entries
@@ -101,9 +101,12 @@ typedef struct {
 
 /* The sampler's state (not its configuration) as a byte blob a session
  * file can hold: the RNG position and the penalty window (the counts follow
- * from it). Little-endian, versioned:
- *   "TSMP", u32 version (1), u32 n_vocab, u32 window capacity, u64 rng,
- *   u32 n (ids in the window), n x u32 ids (oldest first).
+ * from it). Little-endian, versioned, TERN_SAMPLER_STATE_HEADER bytes then
+ * the window:
+ *   "TSMP", u32 version (1), u32 n_vocab, u32 window capacity (the saver's
+ *   repeat_last_n), u64 rng, u32 n (ids in the window), n x u32 ids
+ *   (oldest first). A blob loads into any sampler of the same vocabulary
+ *   size whose repeat_last_n holds its n ids.
  * Loading validates everything (hostile input) and changes nothing on
  * error. Restoring a snapshot and sampling from the same logits repeats the
  * same tokens: speculative decoding rolls back rejected drafts this way. */
