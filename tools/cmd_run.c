@@ -345,7 +345,13 @@ int cmd_chat(int argc, char **argv) {
             fprintf(stderr, "tern: context full (%d positions); start a new chat or use -c\n", tern_context_n_ctx(c));
             break;
         }
-        if (grc == TERN_EABORTED || gr.stop == TERN_STOP_CALLBACK) {
+        if (grc == TERN_EABORTED) {
+            /* Stopped inside the prompt: the cache holds only part of it, so
+             * the next turn re-reads the conversation. */
+            tern_context_truncate(c, 0, NULL);
+            cached.len = 0;
+            fprintf(stderr, "tern: reply stopped\n");
+        } else if (gr.stop == TERN_STOP_CALLBACK) {
             /* A stopped reply may end mid-token-sequence: the cache holds
              * exactly the reported text, so the next turn still continues. */
             fprintf(stderr, "tern: reply stopped\n");
