@@ -210,8 +210,9 @@ static int32_t resolve_threads(int32_t want, char *note, size_t note_len) {
     size_t room = note_len - used;
     const char *sep = used ? "; " : "";
     if (n > max) {
-        snprintf(at, room, "%s%d threads requested, clamped to %d (at most %d per CPU; this process may run on %d CPU%s)",
-                 sep, n, max, TERN_THREADS_PER_CPU, cpus, cpus == 1 ? "" : "s");
+        snprintf(at, room,
+                 "%s%d threads requested, clamped to %d (at most %d per CPU; this process may run on %d CPU%s)", sep,
+                 n, max, TERN_THREADS_PER_CPU, cpus, cpus == 1 ? "" : "s");
         n = max;
     } else if (n > cpus) {
         snprintf(at, room, "%s%d threads on %d CPU%s: oversubscribed (same results, slower than %d threads)", sep, n,

@@ -510,7 +510,9 @@ static uint64_t get_u64(const unsigned char *b) {
     return v;
 }
 
-size_t sampler_state_size(const sampler_t *s) { return TERN_SAMPLER_STATE_HEADER + 4 * (size_t)(s->cap > 0 ? s->cap : 0); }
+size_t sampler_state_size(const sampler_t *s) {
+    return TERN_SAMPLER_STATE_HEADER + 4 * (size_t)(s->cap > 0 ? s->cap : 0);
+}
 
 size_t sampler_state_save(const sampler_t *s, void *buf, size_t cap) {
     const size_t need = TERN_SAMPLER_STATE_HEADER + 4 * (size_t)s->n_window;
