@@ -1,11 +1,20 @@
 /*
  * tern.h - the public C API of tern, a CPU inference engine for LLMs: load a
  * GGUF model, create a context, tokenize, evaluate, sample, generate. It
- * includes tern_error.h (error codes) and tern_pool.h (the worker pool,
- * usable on its own); see the usage example at "models, contexts" below.
+ * includes tern_error.h (error codes, the log callback), tern_pool.h (the
+ * worker pool, usable on its own) and tern_sampler.h (the sampler's chain,
+ * parameters and state format); see the usage example at "models,
+ * contexts" below.
  *
- * Threading contract: objects are owned by whoever created them; every
- * *_free accepts NULL. Which calls may run concurrently is said per object.
+ * Names: tern_<object>_<verb>. Every object is made by tern_<object>_create
+ * (tern_context_create, tern_sampler_create, tern_detok_create,
+ * tern_pool_create) and released by tern_<object>_free, which accepts NULL.
+ * The one other constructor verb is tern_model_load: a model is not built
+ * from parameters but opened from a file (and mapped), and load says that.
+ * Parameter structs come from tern_<object>_default_params().
+ *
+ * Threading contract: objects are owned by whoever created them. Which
+ * calls may run concurrently is said per object.
  *
  * Errors: functions that can fail return 0 on success and a negative
  * TERN_E* code on failure, filling `err` (when not NULL) with a message that
@@ -41,7 +50,7 @@ extern "C" {
  *     tern_sampler_t *smp = tern_sampler_create(m, &sp, &err);
  *     int32_t *ids; size_t n;
  *     tern_tokenize(m, "Once upon a time", 16, 1, 0, &ids, &n, &err);
- *     tern_generate(ctx, smp, ids, (int32_t)n, 64, print_piece, NULL, NULL, &err);
+ *     tern_generate(ctx, smp, ids, (int32_t)n, 64, print_piece, NULL, NULL, &err);   // NULL: no result wanted
  *     free(ids);
  *     tern_sampler_free(smp); tern_context_free(ctx); tern_model_free(m);
  *
@@ -98,10 +107,10 @@ int tern_tokenize(const tern_model_t *m, const char *text, size_t len, int add_b
 /* Streaming detokenizer: bytes are held until a UTF-8 code point completes.
  * push/flush write at most cap bytes to out and return the count, or -1 when
  * cap is too small (32 bytes always suffice for one token's text plus held
- * bytes in practice; 256 is safe). NULL from new: out of memory or no
+ * bytes in practice; 256 is safe). NULL from create: out of memory or no
  * tokenizer (err says which). */
 typedef struct tern_detok tern_detok_t;
-tern_detok_t *tern_detok_new(const tern_model_t *m, tern_error_t *err);
+tern_detok_t *tern_detok_create(const tern_model_t *m, tern_error_t *err);
 int tern_detok_push(tern_detok_t *d, int32_t id, char *out, size_t cap);
 int tern_detok_flush(tern_detok_t *d, char *out, size_t cap);
 void tern_detok_free(tern_detok_t *d);
@@ -120,7 +129,10 @@ int tern_chat_render(const tern_model_t *m, const char *tmpl_name, const tern_ch
 
 /* ---- contexts ---- */
 typedef struct {
-    int32_t n_threads; /* threads in all, caller included; <= 0: tern_threads_default */
+    /* Threads in all, caller included; <= 0: tern_threads_default. More than
+     * the CPUs the process may run on works (same results, slower; the note
+     * says so); more than 4 per CPU is clamped to 4 per CPU (noted). */
+    int32_t n_threads;
     int32_t n_ctx;     /* positions; <= 0: the model's, capped to fit memory (see tern_context_note) */
     int32_t n_batch;   /* prompt positions per forward block (GEMM); <= 0: 512 */
     int32_t kv_f32;    /* 1: F32 KV cache; 0: F16 (default) */
@@ -130,38 +142,44 @@ tern_context_params_t tern_context_default_params(void);
 
 /* Create a context (KV cache, scratch, pool). NULL on error: TERN_EINVAL
  * (bad parameter), TERN_ENOMEM (the message gives the KV cache size). The
- * caller owns it; it borrows m. */
-tern_context_t *tern_context_create(tern_model_t *m, const tern_context_params_t *p, tern_error_t *err);
+ * caller owns it; it borrows m, which is only read. */
+tern_context_t *tern_context_create(const tern_model_t *m, const tern_context_params_t *p, tern_error_t *err);
 void tern_context_free(tern_context_t *c);
-/* A line about a decision the context made (e.g. "context capped at ..."),
- * or "". Owned by the context. */
+/* A line about the decisions the context made ("context capped at ...",
+ * "999 threads requested, clamped to 8 ..."), or "". Owned by the context;
+ * tern_context_set_threads replaces it by its own (or ""). */
 const char *tern_context_note(const tern_context_t *c);
 int32_t tern_context_n_ctx(const tern_context_t *c);
 int32_t tern_context_pos(const tern_context_t *c); /* positions in the KV cache */
 int32_t tern_context_threads(const tern_context_t *c);
-/* Replace the context's pool by one of n_threads; the KV cache stays. */
+/* Replace the context's pool by one of n_threads (resolved and clamped as
+ * at creation); the KV cache stays. */
 int tern_context_set_threads(tern_context_t *c, int32_t n_threads, tern_error_t *err);
 /* Drop positions >= pos from the KV cache (0: start over). TERN_EINVAL if
  * pos is beyond the current position. tern_get_logits is not recomputed:
  * evaluate a token before sampling again. */
 int tern_context_truncate(tern_context_t *c, int32_t pos, tern_error_t *err);
-/* Called between forward blocks of a long evaluation; returning nonzero
- * stops it with TERN_EINVAL ("aborted"); positions of finished blocks stay in
- * the cache. fn NULL removes it. */
+/* Called between forward blocks (n_batch positions) of a long evaluation;
+ * returning nonzero stops it with TERN_EABORTED; positions of finished
+ * blocks stay in the cache. fn NULL removes it. */
 void tern_context_set_abort(tern_context_t *c, int (*fn)(void *user), void *user);
 
 /* Evaluate n tokens at the current position, appending them to the KV
  * cache. logits_all (may be NULL): n x n_vocab floats receive the logits of
  * every position; the last position's are always kept (tern_get_logits).
- * Errors (nothing appended unless stated): TERN_EINVAL (token id out of
- * range, context full: "context full" in the message, aborted), or a kernel
- * error. Timed as prompt when n > 1, as generation when n == 1. */
+ * Errors (nothing appended unless stated): TERN_ECTXFULL (pos + n > n_ctx),
+ * TERN_EABORTED (the abort callback said stop: the blocks before it stay
+ * appended), TERN_EINVAL (bad arguments, token id out of range), or a kernel
+ * error (TERN_EJOB ...). Timed as prompt when n > 1, as generation when
+ * n == 1. */
 int tern_eval(tern_context_t *c, const int32_t *ids, int32_t n, float *logits_all, tern_error_t *err);
 /* n_vocab logits of the last evaluated position; valid until the next eval. */
 const float *tern_get_logits(const tern_context_t *c);
 
-/* Counters since creation (or the last reset). Dispatches count pool runs
- * that woke workers (all pools of the process, during this context's evals). */
+/* Counters since creation (or the last reset). Dispatches count the runs of
+ * this context's own pool that handed work to its threads
+ * (tern_pool_dispatches), so other contexts working at the same time do not
+ * show up here. */
 typedef struct {
     int64_t n_prompt;           /* tokens evaluated in blocks (n > 1) */
     uint64_t prompt_ns;
@@ -187,18 +205,56 @@ void tern_context_profile(const tern_context_t *c, tern_profile_t *p);
 /* The kernel ISA in use ("avx512", "avx2", "scalar"). */
 const char *tern_isa_name(void);
 
-/* ---- sampling ---- */
-/* Parameters: tern_sampler_params_t (tern_sampler.h). */
+/* ---- sampling ----
+ * The chain, its stages and their order: tern_sampler.h. A sampler is used
+ * by one thread at a time. */
 tern_sampler_params_t tern_sampler_default_params(void); /* seed 0x7e57 */
-/* NULL on error (TERN_EINVAL names the bad parameter). The caller owns it. */
+/* The default chain of p. NULL on error (TERN_EINVAL names the bad
+ * parameter). The caller owns it. */
 tern_sampler_t *tern_sampler_create(const tern_model_t *m, const tern_sampler_params_t *p, tern_error_t *err);
+/* A chain of n_stages stages in the application's order (each kind at most
+ * once, TERN_STAGE_DIST or TERN_STAGE_GREEDY last), parameters from p.
+ * TERN_EINVAL for a bad chain (the message says what). E.g. temperature
+ * before the truncations:
+ *     tern_sampler_stage_t st[] = {TERN_STAGE_MASK, TERN_STAGE_PENALTIES, TERN_STAGE_TEMP,
+ *                                  TERN_STAGE_TOP_K, TERN_STAGE_TOP_P, TERN_STAGE_DIST};
+ *     s = tern_sampler_create_chain(m, &p, st, 6, &err); */
+tern_sampler_t *tern_sampler_create_chain(const tern_model_t *m, const tern_sampler_params_t *p,
+                                          const tern_sampler_stage_t *stages, int32_t n_stages, tern_error_t *err);
 void tern_sampler_free(tern_sampler_t *s);
-/* Choose from n_vocab logits (not modified). */
+/* The chain's stages in order into stages (at most cap); returns how many
+ * it has. */
+int32_t tern_sampler_chain(const tern_sampler_t *s, tern_sampler_stage_t *stages, int32_t cap);
+/* The MASK stage's callback (tern_mask_fn); fn NULL removes it. user is
+ * passed back to fn. Stays until replaced. */
+void tern_sampler_set_mask(tern_sampler_t *s, tern_mask_fn fn, void *user);
+/* Replace the LOGIT_BIAS list by a copy of n entries (n 0: none).
+ * TERN_EINVAL (nothing changed) for a token outside [0, n_vocab) or a bias
+ * that is NaN or +INFINITY. */
+int tern_sampler_set_logit_bias(tern_sampler_t *s, const tern_logit_bias_t *bias, size_t n, tern_error_t *err);
+/* Choose from n_vocab logits (not modified). -1 when no token is allowed:
+ * the mask and the logit bias banned every one, or the mask callback
+ * returned nonzero. Without a mask or bans it never fails. */
 int32_t tern_sampler_sample(tern_sampler_t *s, const float *logits);
-/* Put an id in the penalty window (prompt and generated tokens). */
+/* Put an id in the penalty window (prompt and generated tokens); ids
+ * outside [0, n_vocab) are ignored. */
 void tern_sampler_accept(tern_sampler_t *s, int32_t id);
 /* Empty the window and restart the RNG from the seed. */
 void tern_sampler_reset(tern_sampler_t *s);
+
+/* Snapshot and restore of the sampler's state (RNG position and penalty
+ * window; not the chain, mask or bias, which are configuration): a byte
+ * blob (format in tern_sampler.h) a session file can store. size: the most
+ * bytes a save can take for this sampler (header + a full window), so one
+ * buffer of that size serves every snapshot. save: writes the state and
+ * returns its length, or 0 when cap is too small (nothing written). load:
+ * 0, or an error with s unchanged: TERN_EFORMAT (truncated or malformed
+ * blob, id out of range), TERN_EUNSUP (another format version), TERN_EINVAL
+ * (saved for another vocabulary size, or a window longer than this
+ * sampler's repeat_last_n). Safe on any bytes. */
+size_t tern_sampler_state_size(const tern_sampler_t *s);
+size_t tern_sampler_state_save(const tern_sampler_t *s, void *buf, size_t cap);
+int tern_sampler_state_load(tern_sampler_t *s, const void *buf, size_t len, tern_error_t *err);
 
 /* ---- generation ---- */
 /* Called for each generated token with its text (possibly empty while a
@@ -206,19 +262,40 @@ void tern_sampler_reset(tern_sampler_t *s);
  * tokenizer). Return nonzero to stop. */
 typedef int (*tern_token_cb)(int32_t id, const char *text, size_t len, void *user);
 
+/* Why tern_generate stopped. Each reason also says where the KV cache ends. */
+typedef enum {
+    TERN_STOP_LENGTH = 0,   /* n_predict tokens reported, all evaluated */
+    TERN_STOP_EOG = 1,      /* an end-of-generation token: reported, not evaluated */
+    TERN_STOP_CALLBACK = 2, /* cb returned nonzero: its token was evaluated */
+    TERN_STOP_CTX_FULL = 3, /* the context filled up: the last token reported did not fit */
+    TERN_STOP_ERROR = 4     /* tern_generate returned an error (err says which) */
+} tern_stop_reason_t;
+/* "length", "eog", "callback", "context full", "error" (as an HTTP server's
+ * finish_reason would want them); "?" for other values. */
+const char *tern_stop_reason_name(tern_stop_reason_t r);
+
+typedef struct {
+    int32_t n_generated;     /* tokens reported to cb (not counting the final id -1 flush) */
+    tern_stop_reason_t stop; /* why it stopped */
+} tern_generate_result_t;
+
 /* Evaluate the prompt (n_prompt ids, in n_batch blocks; may be 0 to continue
  * from the cache), then sample, report and evaluate up to n_predict tokens,
  * stopping early at an end-of-generation token (reported, not evaluated), a
  * full context, or when cb returns nonzero. Every reported token except an
  * end-of-generation one is evaluated, so the cache ends right after the
  * text reported and a later call continues from there (except when the
- * context filled up: the last token reported then did not fit). Bytes the detokenizer
- * still holds at the end are reported with id -1. Prompt ids are put in the
- * sampler's penalty window. *n_generated (may be NULL) receives the count of
- * tokens reported. Returns 0 (also when stopped early or by a full context)
- * or an error from tern_eval. */
+ * context filled up: the last token reported then did not fit). When
+ * several reasons meet at one token, the first of EOG, CTX_FULL, CALLBACK,
+ * LENGTH is reported (so the reason tells where the cache ends). Bytes the
+ * detokenizer still holds at the end are reported with id -1. Prompt ids
+ * are put in the sampler's penalty window. res (may be NULL) receives the
+ * count of tokens reported and the stop reason. Returns 0 (also when
+ * stopped early or by a full context) or an error: from tern_eval
+ * (TERN_ECTXFULL when the prompt does not fit, TERN_EABORTED ...), or
+ * TERN_EINVAL when the sampler's mask or logit bias allowed no token. */
 int tern_generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, int32_t n_prompt, int32_t n_predict,
-                  tern_token_cb cb, void *user, int32_t *n_generated, tern_error_t *err);
+                  tern_token_cb cb, void *user, tern_generate_result_t *res, tern_error_t *err);
 
 #ifdef __cplusplus
 }

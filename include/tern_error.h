@@ -28,7 +28,9 @@ enum {
     TERN_EFORMAT = -4,  /* malformed or hostile input file */
     TERN_EUNSUP = -5,   /* valid but unsupported (architecture, type ...) */
     TERN_EBUSY = -6,    /* object in use by another thread */
-    TERN_EJOB = -7      /* a pool job reported failure */
+    TERN_EJOB = -7,     /* a pool job reported failure */
+    TERN_ECTXFULL = -8, /* the context has no room for the tokens (tern_eval) */
+    TERN_EABORTED = -9  /* the abort callback stopped an evaluation (tern_eval) */
 };
 
 #define TERN_ERR_MSG 512

@@ -31,6 +31,9 @@ extern "C" {
 
 typedef struct tern_pool tern_pool_t;
 
+/* The most threads a pool can have (tern_pool_create fails beyond). */
+#define TERN_POOL_MAX_THREADS 1024
+
 /* A job body: process rows [row_begin, row_end) of one range. `worker` is
  * 0 for the calling thread and 1..n_threads-1 for pool threads; it indexes
  * per-worker scratch. Return 0, or a nonzero error code that the dispatch
@@ -80,7 +83,11 @@ int tern_pool_run(tern_pool_t *pool, const tern_range_t *ranges, int n_ranges, t
 void *tern_pool_scratch(tern_pool_t *pool, int worker);
 size_t tern_pool_scratch_size(const tern_pool_t *pool);
 
-/* Dispatches (runs that woke the pool) since process start, all pools. */
+/* Dispatches: runs that handed work to the pool's threads (not those that
+ * stayed on the caller: serial, gated or one-chunk runs). Per pool since its
+ * creation (NULL pool -> 0; safe to read from any thread, exact once the
+ * pool's runs have returned), and in all pools since process start. */
+uint64_t tern_pool_dispatches(const tern_pool_t *pool);
 uint64_t tern_pool_dispatch_count(void);
 
 /* Tuning (benchmarks, tests). Call between runs, from the driving thread.

@@ -217,9 +217,10 @@ static void test_stories_prompt(void **state) {
     assert_non_null(s);
     text_t out = {0};
     collect(0, prompt, strlen(prompt), &out);
-    int32_t ng = 0;
-    assert_int_equal(tern_generate(c, s, ids, (int32_t)n, 128, collect, &out, &ng, &err), 0);
-    assert_int_equal(ng, 128);
+    tern_generate_result_t gr;
+    assert_int_equal(tern_generate(c, s, ids, (int32_t)n, 128, collect, &out, &gr, &err), 0);
+    assert_int_equal(gr.n_generated, 128);
+    assert_int_equal(gr.stop, TERN_STOP_LENGTH);
     assert_int_equal(tern_context_pos(c), 5 + 128);
     /* llama.cpp's llama-simple prints a newline after the last token (and so
      * does tern run): the reference's final newline. */
@@ -232,11 +233,11 @@ static void test_stories_prompt(void **state) {
     /* The cache ends right after the reported text: 64 more greedy tokens
      * from the cache equal tokens 129..192 of one longer run. */
     text_t more = {0};
-    assert_int_equal(tern_generate(c, s, NULL, 0, 64, collect, &more, &ng, &err), 0);
+    assert_int_equal(tern_generate(c, s, NULL, 0, 64, collect, &more, &gr, &err), 0);
     tern_context_truncate(c, 0, NULL);
     text_t one = {0};
     tern_sampler_reset(s);
-    assert_int_equal(tern_generate(c, s, ids, (int32_t)n, 192, collect, &one, &ng, &err), 0);
+    assert_int_equal(tern_generate(c, s, ids, (int32_t)n, 192, collect, &one, &gr, &err), 0);
     assert_true(one.len == out.len - strlen(prompt) - 1 + more.len);
     assert_memory_equal(one.buf + one.len - more.len, more.buf, more.len);
     free(out.buf);

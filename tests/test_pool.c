@@ -672,10 +672,14 @@ static void test_dispatch_count_and_gate(void **state) {
     tern_pool_set_gate(p, 0);
     assert_int_equal(tern_pool_run(p, &small, 1, &err), 0);
     assert_int_equal(tern_pool_dispatch_count(), d0 + 3);
-    tern_pool_free(p);
+    /* The pool's own counter saw the same three (it started at 0). */
+    assert_int_equal(tern_pool_dispatches(p), 3);
     tern_pool_t *p1 = make_pool(1, 0);
     assert_int_equal(tern_pool_run(p1, &big, 1, &err), 0);
     assert_int_equal(tern_pool_dispatch_count(), d0 + 3);
+    assert_int_equal(tern_pool_dispatches(p1), 0);
+    assert_int_equal(tern_pool_dispatches(p), 3);
+    tern_pool_free(p);
     tern_pool_free(p1);
 }
 

@@ -1,7 +1,10 @@
 /* test_sampler.c - the sampling chain of sampler.h: greedy and ties, each
  * truncation step against probabilities computed here in double, the
- * penalties against hand-derived logits, the fixed chain order, seeded
- * reproducibility, and parameter validation. */
+ * penalties against hand-derived logits, the default chain order and the
+ * default chain against an independent reference of the documented steps
+ * (same tokens for the same seed), custom chains, the mask stage, the logit
+ * bias, seeded reproducibility, parameter validation, and the state blob
+ * (snapshot/restore, and hostile blobs rejected). */
 #include "testutil.h"
 
 #include <math.h>
@@ -25,8 +28,8 @@ static tern_sampler_params_t neutral(void) {
 
 static sampler_t *mk(const tern_sampler_params_t *p, int32_t n) {
     tern_error_t err = {0};
-    sampler_t *s = sampler_new(p, n, &err);
-    if (!s) print_message("sampler_new: %s\n", err.msg);
+    sampler_t *s = sampler_create(p, n, &err);
+    if (!s) print_message("sampler_create: %s\n", err.msg);
     assert_non_null(s);
     return s;
 }
@@ -293,17 +296,531 @@ static void test_bad_params(void **state) {
     tern_error_t err = {0};
     tern_sampler_params_t p = neutral();
     p.top_p = 1.5f;
-    assert_null(sampler_new(&p, 10, &err));
+    assert_null(sampler_create(&p, 10, &err));
     assert_non_null(strstr(err.msg, "top_p"));
     p = neutral();
     p.repeat_penalty = 0;
-    assert_null(sampler_new(&p, 10, &err));
+    assert_null(sampler_create(&p, 10, &err));
     assert_non_null(strstr(err.msg, "repeat_penalty"));
     p = neutral();
     p.temp = NAN;
-    assert_null(sampler_new(&p, 10, &err));
+    assert_null(sampler_create(&p, 10, &err));
     p = neutral();
-    assert_null(sampler_new(&p, 0, &err));
+    assert_null(sampler_create(&p, 0, &err));
+}
+
+
+/* ---- the default chain against a reference ------------------------------- */
+
+/* The documented steps written out plainly: penalties on a dense copy, one
+ * full sort (a total order, so the same as top-k's selection), top-k as a
+ * prefix, top-p, min-p, softmax at temp, a splitmix64 draw. */
+typedef struct {
+    int32_t id;
+    float l;
+} ref_c;
+static int ref_cmp(const void *pa, const void *pb) {
+    const ref_c *a = pa, *b = pb;
+    if (a->l > b->l || (a->l == b->l && a->id < b->id)) return -1;
+    if (b->l > a->l || (a->l == b->l && b->id < a->id)) return 1;
+    return 0;
+}
+static uint64_t ref_rng(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static int32_t ref_sample(const tern_sampler_params_t *p, const float *logits, int32_t V, const int32_t *win, int nw,
+                          uint64_t *rng, ref_c *c, float *prob) {
+    for (int32_t i = 0; i < V; i++) c[i] = (ref_c){i, logits[i]};
+    bool pen = p->repeat_last_n > 0 && nw > 0 &&
+               (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
+    for (int32_t id = 0; pen && id < V; id++) {
+        int cnt = 0;
+        for (int j = 0; j < nw; j++) cnt += win[j] == id;
+        if (!cnt) continue;
+        float l = c[id].l;
+        l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+        l -= (float)cnt * p->frequency_penalty + p->presence_penalty;
+        c[id].l = l;
+    }
+    if (p->temp <= 0) {
+        int32_t best = 0;
+        for (int32_t i = 1; i < V; i++)
+            if (c[i].l > c[best].l) best = i;
+        return best;
+    }
+    qsort(c, (size_t)V, sizeof *c, ref_cmp);
+    int32_t n = p->top_k > 0 && p->top_k < V ? p->top_k : V;
+    if (p->top_p < 1.0f) {
+        double sum = 0, cum = 0;
+        for (int32_t i = 0; i < n; i++) sum += (prob[i] = expf((c[i].l - c[0].l) / 1.0f));
+        for (int32_t i = 0; i < n; i++) {
+            cum += (float)(prob[i] / sum);
+            if (cum >= p->top_p) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    if (p->min_p > 0.0f) {
+        int32_t k = 1;
+        while (k < n && c[k].l >= c[0].l + logf(p->min_p)) k++;
+        n = k;
+    }
+    double sum = 0, cum = 0;
+    for (int32_t i = 0; i < n; i++) sum += (prob[i] = expf((c[i].l - c[0].l) / p->temp));
+    double r = (double)(ref_rng(rng) >> 11) * (1.0 / 9007199254740992.0);
+    for (int32_t i = 0; i < n; i++) {
+        cum += (float)(prob[i] / sum);
+        if (r < cum) return c[i].id;
+    }
+    return c[n - 1].id;
+}
+
+static void test_default_chain_matches_reference(void **state) {
+    (void)state;
+    const int32_t V = 1000;
+    const int steps = tu_quick() ? 100 : 400;
+    float *l = malloc((size_t)V * sizeof *l), *prob = malloc((size_t)V * sizeof *prob);
+    ref_c *c = malloc((size_t)V * sizeof *c);
+    assert_true(l && prob && c);
+    tern_sampler_params_t cfg[6];
+    for (int k = 0; k < 6; k++) cfg[k] = neutral();
+    cfg[0].temp = 0.8f, cfg[0].top_k = 40, cfg[0].top_p = 0.95f, cfg[0].min_p = 0.05f, cfg[0].seed = 0x7e57;
+    cfg[1].temp = 0, cfg[1].repeat_penalty = 1.3f, cfg[1].frequency_penalty = 0.2f, cfg[1].repeat_last_n = 16;
+    cfg[2].temp = 1.3f, cfg[2].top_p = 0.7f, cfg[2].repeat_penalty = 1.1f, cfg[2].seed = 42;
+    cfg[3].temp = 0.6f, cfg[3].top_k = 5, cfg[3].min_p = 0.2f, cfg[3].presence_penalty = 0.5f, cfg[3].repeat_last_n = 8;
+    cfg[4].temp = 1.0f, cfg[4].repeat_last_n = 0, cfg[4].repeat_penalty = 2.0f;
+    cfg[5].temp = 0; /* greedy, no penalties: the fast path */
+    for (int k = 0; k < 6; k++) {
+        sampler_t *s = mk(&cfg[k], V);
+        int32_t win[64];
+        int nw = 0, head = 0;
+        uint64_t rng = cfg[k].seed, r = 12345 + (uint64_t)k;
+        for (int t = 0; t < steps; t++) {
+            for (int32_t i = 0; i < V; i++) l[i] = 2.0f * tu_randn(&r);
+            if (t % 7 == 3) l[t % V] = l[(t + 1) % V]; /* ties */
+            int32_t want = ref_sample(&cfg[k], l, V, win, nw, &rng, c, prob);
+            int32_t got = sampler_sample(s, l);
+            if (got != want) fail_msg("config %d step %d: chain %d, reference %d", k, t, got, want);
+            sampler_accept(s, got);
+            if (cfg[k].repeat_last_n > 0) {
+                win[head] = got;
+                head = (head + 1) % cfg[k].repeat_last_n;
+                if (nw < cfg[k].repeat_last_n) nw++;
+            }
+        }
+        sampler_free(s);
+    }
+    free(l);
+    free(prob);
+    free(c);
+}
+
+static void test_chain_stages(void **state) {
+    (void)state;
+    tern_sampler_params_t p = neutral();
+    tern_sampler_stage_t st[TERN_SAMPLER_MAX_STAGES];
+    sampler_t *s = mk(&p, 8);
+    const tern_sampler_stage_t full[] = {TERN_STAGE_MASK,  TERN_STAGE_LOGIT_BIAS, TERN_STAGE_PENALTIES,
+                                         TERN_STAGE_TOP_K, TERN_STAGE_TOP_P,      TERN_STAGE_MIN_P,
+                                         TERN_STAGE_TEMP,  TERN_STAGE_DIST};
+    assert_int_equal(sampler_chain(s, st, TERN_SAMPLER_MAX_STAGES), 8);
+    assert_memory_equal(st, full, sizeof full);
+    sampler_free(s);
+    p.temp = 0;
+    s = mk(&p, 8);
+    const tern_sampler_stage_t greedy[] = {TERN_STAGE_MASK, TERN_STAGE_LOGIT_BIAS, TERN_STAGE_PENALTIES,
+                                           TERN_STAGE_GREEDY};
+    assert_int_equal(sampler_chain(s, st, 2), 4); /* the count even when cap is smaller */
+    assert_int_equal(sampler_chain(s, st, TERN_SAMPLER_MAX_STAGES), 4);
+    assert_memory_equal(st, greedy, sizeof greedy);
+    sampler_free(s);
+
+    /* Bad chains. */
+    tern_error_t err = {0};
+    p = neutral();
+    const tern_sampler_stage_t no_end[] = {TERN_STAGE_TOP_K, TERN_STAGE_TEMP};
+    const tern_sampler_stage_t mid_end[] = {TERN_STAGE_DIST, TERN_STAGE_TOP_K, TERN_STAGE_GREEDY};
+    const tern_sampler_stage_t twice[] = {TERN_STAGE_TOP_K, TERN_STAGE_TOP_K, TERN_STAGE_DIST};
+    const tern_sampler_stage_t unknown[] = {(tern_sampler_stage_t)42, TERN_STAGE_DIST};
+    const tern_sampler_stage_t temp[] = {TERN_STAGE_TEMP, TERN_STAGE_DIST};
+    assert_null(sampler_create_chain(&p, no_end, 2, 8, &err));
+    assert_int_equal(err.code, TERN_EINVAL);
+    assert_null(sampler_create_chain(&p, mid_end, 3, 8, &err));
+    assert_null(sampler_create_chain(&p, twice, 3, 8, &err));
+    assert_non_null(strstr(err.msg, "at most once"));
+    assert_null(sampler_create_chain(&p, unknown, 2, 8, &err));
+    assert_null(sampler_create_chain(&p, temp, 0, 8, &err));
+    p.temp = 0;
+    assert_null(sampler_create_chain(&p, temp, 2, 8, &err));
+    assert_non_null(strstr(err.msg, "TEMP"));
+}
+
+/* A custom order changes what the stages see: TEMP before TOP_P makes
+ * top-p measure mass at that temperature. probs 0.6, 0.3, 0.1 with top_p
+ * 0.5: at temperature 1 only id 0 survives; at temperature 4 its
+ * probability is below 0.5, so id 1 survives too. */
+static void test_custom_order(void **state) {
+    (void)state;
+    const double probs[3] = {0.6, 0.3, 0.1};
+    float l[3];
+    logits_of(probs, 3, l);
+    tern_sampler_params_t p = neutral();
+    p.top_p = 0.5f;
+    p.temp = 4.0f;
+    const int N = 4000;
+    double f[3];
+    sampler_t *s = mk(&p, 3);
+    draw(s, l, 3, N, f);
+    assert_true(f[1] == 0 && f[2] == 0);
+    sampler_free(s);
+    const tern_sampler_stage_t temp_first[] = {TERN_STAGE_TEMP, TERN_STAGE_TOP_P, TERN_STAGE_DIST};
+    tern_error_t err = {0};
+    s = sampler_create_chain(&p, temp_first, 3, 3, &err);
+    assert_non_null(s);
+    draw(s, l, 3, N, f);
+    assert_true(f[2] == 0);
+    /* the two survivors at temperature 4: 0.6^(1/4) : 0.3^(1/4) */
+    double a = pow(0.6, 0.25), b = pow(0.3, 0.25);
+    assert_freq(f[0], a / (a + b), N);
+    sampler_free(s);
+
+    /* Penalties after top-k work on the truncated set (looked up by id):
+     * top-2 keeps {0, 1}; id 0 seen (3.0 -> 1.0 with penalty 3) loses to
+     * id 1 (2.0); id 3, outside the set, is never chosen. */
+    const float l4[4] = {3.0f, 2.0f, -1.0f, 1.9f};
+    p = neutral();
+    p.top_k = 2;
+    p.repeat_penalty = 3.0f;
+    const tern_sampler_stage_t k_then_pen[] = {TERN_STAGE_TOP_K, TERN_STAGE_PENALTIES, TERN_STAGE_GREEDY};
+    s = sampler_create_chain(&p, k_then_pen, 3, 4, &err);
+    assert_non_null(s);
+    assert_int_equal(sampler_sample(s, l4), 0);
+    sampler_accept(s, 0);
+    assert_int_equal(sampler_sample(s, l4), 1);
+    sampler_free(s);
+    /* The default order (penalties first) lets id 3 in instead. */
+    p.temp = 0;
+    s = mk(&p, 4);
+    sampler_accept(s, 0);
+    assert_int_equal(sampler_sample(s, l4), 1);
+    sampler_accept(s, 1);
+    assert_int_equal(sampler_sample(s, l4), 3);
+    sampler_free(s);
+}
+
+/* ---- mask and logit bias ---------------------------------------------------- */
+
+typedef struct {
+    int calls;
+    int32_t n_seen;
+    int dense; /* cand[i].id == i for all i */
+    int fail;
+    int32_t allow_mod; /* allow ids with id % allow_mod == 1; 0: ban all */
+} mask_ctx;
+
+static int mask_odd(void *user, tern_token_logit_t *cand, int32_t n) {
+    mask_ctx *m = user;
+    m->calls++;
+    m->n_seen = n;
+    m->dense = 1;
+    for (int32_t i = 0; i < n; i++) {
+        if (cand[i].id != i) m->dense = 0;
+        if (!m->allow_mod || cand[i].id % m->allow_mod != 1) cand[i].logit = -INFINITY;
+    }
+    return m->fail;
+}
+
+static void test_mask_stage(void **state) {
+    (void)state;
+    const int32_t V = 64;
+    float l[64];
+    uint64_t r = 5;
+    for (int32_t i = 0; i < V; i++) l[i] = tu_randn(&r);
+    l[10] = 9.0f; /* the best, but even: banned */
+    mask_ctx m = {0, 0, 0, 0, 2};
+    tern_sampler_params_t p = neutral();
+    p.temp = 0;
+    sampler_t *g = mk(&p, V);
+    sampler_set_mask(g, mask_odd, &m);
+    int32_t best_odd = 1;
+    for (int32_t i = 3; i < V; i += 2)
+        if (l[i] > l[best_odd]) best_odd = i;
+    assert_int_equal(sampler_sample(g, l), best_odd);
+    assert_int_equal(m.calls, 1);
+    assert_int_equal(m.n_seen, V); /* first in the chain: every id, in id order */
+    assert_true(m.dense);
+    assert_true(l[10] == 9.0f); /* the caller's logits are untouched */
+    /* Removing the mask: the fast path again, id 10 wins. */
+    sampler_set_mask(g, NULL, NULL);
+    assert_int_equal(sampler_sample(g, l), 10);
+    assert_int_equal(m.calls, 1);
+    sampler_free(g);
+
+    /* Drawing: never a banned id, whatever the temperature. */
+    p = neutral();
+    p.temp = 3.0f;
+    sampler_t *s = mk(&p, V);
+    sampler_set_mask(s, mask_odd, &m);
+    for (int i = 0; i < 2000; i++) {
+        int32_t id = sampler_sample(s, l);
+        assert_true(id >= 0 && id < V && id % 2 == 1);
+    }
+    /* Everything banned, or the callback failing: -1. */
+    m.allow_mod = 0;
+    assert_int_equal(sampler_sample(s, l), -1);
+    m.allow_mod = 2;
+    m.fail = 1;
+    assert_int_equal(sampler_sample(s, l), -1);
+    m.fail = 0;
+    assert_true(sampler_sample(s, l) % 2 == 1);
+    sampler_free(s);
+
+    /* After top-k in a custom chain the mask sees only the survivors. */
+    p = neutral();
+    p.top_k = 4;
+    const tern_sampler_stage_t k_then_mask[] = {TERN_STAGE_TOP_K, TERN_STAGE_MASK, TERN_STAGE_DIST};
+    tern_error_t err = {0};
+    s = sampler_create_chain(&p, k_then_mask, 3, V, &err);
+    assert_non_null(s);
+    sampler_set_mask(s, mask_odd, &m);
+    int32_t id = sampler_sample(s, l);
+    assert_int_equal(m.n_seen, 4);
+    assert_true(id == -1 || id % 2 == 1);
+    sampler_free(s);
+}
+
+static void test_logit_bias(void **state) {
+    (void)state;
+    const float l[5] = {1.0f, 4.0f, 2.0f, 3.0f, 0.0f};
+    tern_sampler_params_t p = neutral();
+    p.temp = 0;
+    sampler_t *s = mk(&p, 5);
+    tern_error_t err = {0};
+    assert_int_equal(sampler_sample(s, l), 1);
+    /* +5 on id 4 makes it the best; the list is copied. */
+    tern_logit_bias_t b[3] = {{4, 5.0f}, {1, -INFINITY}, {2, 0.5f}};
+    assert_int_equal(sampler_set_logit_bias(s, b, 3, &err), 0);
+    b[0].bias = -100.0f;
+    assert_int_equal(sampler_sample(s, l), 4);
+    /* id 1 banned: with id 4 back at 0, id 3 (3.0) beats id 2 (2.5). */
+    tern_logit_bias_t ban[2] = {{1, -INFINITY}, {2, 0.5f}};
+    assert_int_equal(sampler_set_logit_bias(s, ban, 2, &err), 0);
+    assert_int_equal(sampler_sample(s, l), 3);
+    /* Entries for one token add up: 2 + 0.5 + 0.6 = 3.1 > 3. */
+    tern_logit_bias_t sum[3] = {{1, -INFINITY}, {2, 0.5f}, {2, 0.6f}};
+    assert_int_equal(sampler_set_logit_bias(s, sum, 3, &err), 0);
+    assert_int_equal(sampler_sample(s, l), 2);
+    /* Bad lists are refused and change nothing. */
+    tern_logit_bias_t bad1[1] = {{5, 1.0f}}, bad2[1] = {{0, NAN}}, bad3[1] = {{0, INFINITY}}, bad4[1] = {{-1, 0}};
+    assert_int_equal(sampler_set_logit_bias(s, bad1, 1, &err), TERN_EINVAL);
+    assert_non_null(strstr(err.msg, "out of range"));
+    assert_int_equal(sampler_set_logit_bias(s, bad2, 1, &err), TERN_EINVAL);
+    assert_int_equal(sampler_set_logit_bias(s, bad3, 1, &err), TERN_EINVAL);
+    assert_int_equal(sampler_set_logit_bias(s, bad4, 1, &err), TERN_EINVAL);
+    assert_int_equal(sampler_set_logit_bias(s, NULL, 2, &err), TERN_EINVAL);
+    assert_int_equal(sampler_sample(s, l), 2);
+    /* Everything banned: -1. */
+    tern_logit_bias_t all[5] = {{0, -INFINITY}, {1, -INFINITY}, {2, -INFINITY}, {3, -INFINITY}, {4, -INFINITY}};
+    assert_int_equal(sampler_set_logit_bias(s, all, 5, &err), 0);
+    assert_int_equal(sampler_sample(s, l), -1);
+    /* Cleared: back to plain greedy. */
+    assert_int_equal(sampler_set_logit_bias(s, NULL, 0, &err), 0);
+    assert_int_equal(sampler_sample(s, l), 1);
+    sampler_free(s);
+
+    /* Drawing with a ban: the banned best never comes out. */
+    p = neutral();
+    s = mk(&p, 5);
+    tern_logit_bias_t ban1[1] = {{1, -INFINITY}};
+    assert_int_equal(sampler_set_logit_bias(s, ban1, 1, &err), 0);
+    for (int i = 0; i < 2000; i++) assert_int_not_equal(sampler_sample(s, l), 1);
+    sampler_free(s);
+}
+
+/* ---- the state blob ----------------------------------------------------------- */
+
+static void fill_logits(float *l, int32_t V, uint64_t *r) {
+    for (int32_t i = 0; i < V; i++) l[i] = 1.5f * tu_randn(r);
+}
+
+/* k tokens, accepting each, from logits drawn from r. */
+static void run_k(sampler_t *s, int32_t V, uint64_t r, int k, int32_t *out) {
+    float l[200];
+    assert_true(V <= 200);
+    for (int i = 0; i < k; i++) {
+        fill_logits(l, V, &r);
+        out[i] = sampler_sample(s, l);
+        sampler_accept(s, out[i]);
+    }
+}
+
+static void test_snapshot_restore(void **state) {
+    (void)state;
+    const int32_t V = 200;
+    tern_sampler_params_t p = neutral();
+    p.temp = 0.9f;
+    p.top_k = 30;
+    p.repeat_penalty = 1.5f;
+    p.frequency_penalty = 0.3f;
+    p.repeat_last_n = 16;
+    sampler_t *s = mk(&p, V);
+    size_t cap = sampler_state_size(s);
+    assert_int_equal(cap, TERN_SAMPLER_STATE_HEADER + 4 * 16);
+    unsigned char *snap = malloc(cap), *again = malloc(cap);
+    assert_true(snap && again);
+    /* Before the window fills, after it fills, after it wraps. */
+    const int before[3] = {5, 16, 37};
+    int32_t a[24], b[24];
+    for (int c = 0; c < 3; c++) {
+        sampler_reset(s);
+        int32_t pre[40];
+        run_k(s, V, 77, before[c], pre);
+        size_t n = sampler_state_save(s, snap, cap);
+        int in_win = before[c] < 16 ? before[c] : 16;
+        assert_int_equal(n, TERN_SAMPLER_STATE_HEADER + 4 * (size_t)in_win);
+        assert_int_equal(sampler_state_save(s, snap, n - 1), 0); /* too small: nothing */
+        run_k(s, V, 1000 + (uint64_t)c, 24, a);
+        tern_error_t err = {0};
+        assert_int_equal(sampler_state_load(s, snap, n, &err), 0);
+        run_k(s, V, 1000 + (uint64_t)c, 24, b);
+        assert_memory_equal(a, b, sizeof a);
+        /* Into a fresh sampler with the same parameters: the same tokens. */
+        sampler_t *t = mk(&p, V);
+        assert_int_equal(sampler_state_load(t, snap, n, &err), 0);
+        assert_int_equal(sampler_state_save(t, again, cap), n);
+        assert_memory_equal(snap, again, n); /* the blob round-trips */
+        run_k(t, V, 1000 + (uint64_t)c, 24, b);
+        assert_memory_equal(a, b, sizeof a);
+        sampler_free(t);
+    }
+    /* A window of 0 (no penalties): the blob is the header. */
+    p.repeat_last_n = 0;
+    sampler_t *z = mk(&p, V);
+    assert_int_equal(sampler_state_size(z), TERN_SAMPLER_STATE_HEADER);
+    run_k(z, V, 3, 4, a);
+    assert_int_equal(sampler_state_save(z, snap, cap), TERN_SAMPLER_STATE_HEADER);
+    run_k(z, V, 4, 8, a);
+    assert_int_equal(sampler_state_load(z, snap, TERN_SAMPLER_STATE_HEADER, NULL), 0);
+    run_k(z, V, 4, 8, b);
+    assert_memory_equal(a, b, 8 * sizeof *a);
+    sampler_free(z);
+    sampler_free(s);
+    free(snap);
+    free(again);
+}
+
+static void put32(unsigned char *b, uint32_t v) {
+    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void test_state_load_rejects(void **state) {
+    (void)state;
+    const int32_t V = 200;
+    tern_sampler_params_t p = neutral();
+    p.repeat_last_n = 8;
+    p.repeat_penalty = 1.3f;
+    sampler_t *s = mk(&p, V);
+    int32_t pre[12];
+    run_k(s, V, 9, 12, pre); /* a full, wrapped window */
+    unsigned char good[TERN_SAMPLER_STATE_HEADER + 32], bad[TERN_SAMPLER_STATE_HEADER + 64];
+    size_t n = sampler_state_save(s, good, sizeof good);
+    assert_int_equal(n, sizeof good);
+    /* What the sampler would do next, to check failed loads change nothing. */
+    unsigned char now[sizeof good];
+    assert_int_equal(sampler_state_save(s, now, sizeof now), n);
+    tern_error_t err = {0};
+
+    /* Every truncation, and one byte too many. */
+    for (size_t len = 0; len < n; len++) {
+        err.code = 0;
+        assert_int_equal(sampler_state_load(s, good, len, &err), TERN_EFORMAT);
+        assert_int_equal(err.code, TERN_EFORMAT);
+    }
+    memcpy(bad, good, n);
+    bad[n] = 0;
+    assert_int_equal(sampler_state_load(s, bad, n + 1, &err), TERN_EFORMAT);
+    assert_int_equal(sampler_state_load(s, NULL, n, &err), TERN_EFORMAT);
+    /* Bad magic, another version. */
+    memcpy(bad, good, n);
+    bad[0] = 'X';
+    assert_int_equal(sampler_state_load(s, bad, n, &err), TERN_EFORMAT);
+    memcpy(bad, good, n);
+    put32(bad + 4, 2);
+    assert_int_equal(sampler_state_load(s, bad, n, &err), TERN_EUNSUP);
+    /* Another vocabulary. */
+    memcpy(bad, good, n);
+    put32(bad + 8, (uint32_t)V + 1);
+    assert_int_equal(sampler_state_load(s, bad, n, &err), TERN_EINVAL);
+    assert_non_null(strstr(err.msg, "vocabulary"));
+    /* A window longer than its own capacity, than the sampler keeps, huge. */
+    memcpy(bad, good, n);
+    put32(bad + 24, 9);
+    assert_int_equal(sampler_state_load(s, bad, n, &err), TERN_EFORMAT);
+    memcpy(bad, good, n);
+    put32(bad + 12, 16);
+    put32(bad + 24, 16);
+    memset(bad + n, 0, 32);
+    assert_int_equal(sampler_state_load(s, bad, n + 32, &err), TERN_EINVAL);
+    assert_non_null(strstr(err.msg, "repeat_last_n"));
+    memcpy(bad, good, n);
+    put32(bad + 12, 0xffffffffu);
+    put32(bad + 24, 0xffffffffu);
+    assert_int_equal(sampler_state_load(s, bad, n, &err), TERN_EFORMAT);
+    /* A window id out of range (the last one, and a negative one). */
+    memcpy(bad, good, n);
+    put32(bad + n - 4, (uint32_t)V);
+    assert_int_equal(sampler_state_load(s, bad, n, &err), TERN_EFORMAT);
+    assert_non_null(strstr(err.msg, "out of range"));
+    put32(bad + n - 4, 0xffffffffu);
+    assert_int_equal(sampler_state_load(s, bad, n, &err), TERN_EFORMAT);
+    /* Random garbage of every length up to the buffer (never accepted
+     * unless it happens to be well-formed, and never a crash). */
+    uint64_t r = 1;
+    for (int it = 0; it < 2000; it++) {
+        size_t len = (size_t)(tu_rand(&r) % sizeof bad);
+        for (size_t i = 0; i < len; i++) bad[i] = (unsigned char)tu_rand(&r);
+        if (it & 1) memcpy(bad, good, len < 12 ? len : 12); /* a plausible header */
+        int rc = sampler_state_load(s, bad, len, &err);
+        if (rc == 0) {
+            assert_int_equal(sampler_state_load(s, now, n, &err), 0); /* well-formed by chance: undo */
+        } else {
+            assert_true(rc == TERN_EFORMAT || rc == TERN_EUNSUP || rc == TERN_EINVAL);
+        }
+    }
+    /* Nothing changed: the state saves to the same bytes. */
+    unsigned char after[sizeof good];
+    assert_int_equal(sampler_state_save(s, after, sizeof after), n);
+    assert_memory_equal(after, now, n);
+    /* Into a sampler of another vocabulary: refused. */
+    sampler_t *o = mk(&p, V - 1);
+    assert_int_equal(sampler_state_load(o, good, n, &err), TERN_EINVAL);
+    sampler_free(o);
+    /* Into one with a shorter window: refused (8 ids > 4). */
+    p.repeat_last_n = 4;
+    o = mk(&p, V);
+    assert_int_equal(sampler_state_load(o, good, n, &err), TERN_EINVAL);
+    sampler_free(o);
+    sampler_free(s);
+}
+
+/* Ids outside the vocabulary are not put in the window (so a blob never
+ * holds one). */
+static void test_accept_out_of_range(void **state) {
+    (void)state;
+    tern_sampler_params_t p = neutral();
+    p.repeat_last_n = 4;
+    sampler_t *s = mk(&p, 10);
+    unsigned char b[TERN_SAMPLER_STATE_HEADER + 16];
+    sampler_accept(s, -1);
+    sampler_accept(s, 10);
+    assert_int_equal(sampler_state_save(s, b, sizeof b), TERN_SAMPLER_STATE_HEADER);
+    sampler_accept(s, 9);
+    assert_int_equal(sampler_state_save(s, b, sizeof b), TERN_SAMPLER_STATE_HEADER + 4);
+    sampler_free(s);
 }
 
 int main(void) {
@@ -314,6 +831,14 @@ int main(void) {
         cmocka_unit_test(test_chain_order),      cmocka_unit_test(test_penalties),
         cmocka_unit_test(test_seed_reproducible), cmocka_unit_test(test_uniform_range),
         cmocka_unit_test(test_bad_params),
+        cmocka_unit_test(test_default_chain_matches_reference),
+        cmocka_unit_test(test_chain_stages),
+        cmocka_unit_test(test_custom_order),
+        cmocka_unit_test(test_mask_stage),
+        cmocka_unit_test(test_logit_bias),
+        cmocka_unit_test(test_snapshot_restore),
+        cmocka_unit_test(test_state_load_rejects),
+        cmocka_unit_test(test_accept_out_of_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

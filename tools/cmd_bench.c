@@ -369,6 +369,7 @@ int cmd_bench_model(int argc, char **argv) {
                 rc = 1;
                 break;
             }
+            if (tern_context_note(c)[0]) fprintf(stderr, "tern bench: %s\n", tern_context_note(c));
             for (int kind = 0; kind < 2 && rc == 0; kind++) {
                 const ilist_t *l = kind ? &o.tg : &o.pp;
                 for (int k = 0; k < l->n && rc == 0; k++) {

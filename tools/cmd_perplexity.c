@@ -93,6 +93,7 @@ int cmd_perplexity(int argc, char **argv) {
         fprintf(stderr, "tern: %s\n", err.msg);
         goto out;
     }
+    if (tern_context_note(c)[0]) fprintf(stderr, "tern: %s\n", tern_context_note(c));
     fprintf(stderr, "tern perplexity: %zu chunks of %d tokens, batch %d, %d threads, ISA %s\n", n_chunk, n_ctx,
             o.n_batch, tern_context_threads(c), tern_isa_name());
     const int32_t first = n_ctx / 2;

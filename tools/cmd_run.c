@@ -46,7 +46,7 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static tern_context_t *open_context(tern_model_t *m, const run_opts_t *o) {
+static tern_context_t *open_context(const tern_model_t *m, const run_opts_t *o) {
     tern_error_t err = {0};
     tern_context_params_t cp = tern_context_default_params();
     cp.n_threads = o->n_threads;
@@ -135,7 +135,7 @@ int cmd_run(int argc, char **argv) {
     }
     arm_sigint();
     if (!o.no_display_prompt && !o.print_ids) {
-        tern_detok_t *d = tern_detok_new(m, &err);
+        tern_detok_t *d = tern_detok_create(m, &err);
         char buf[512];
         for (size_t i = 0; d && i < n_ids; i++) {
             int k = tern_detok_push(d, ids[i], buf, sizeof buf);
@@ -150,20 +150,27 @@ int cmd_run(int argc, char **argv) {
     }
     run_cb_t rcb = {o.print_ids, 0, o.logits_digest ? c : NULL, tern_model_n_vocab(m), 0xcbf29ce484222325ull, 0};
     int32_t n_pred = o.n_predict < 0 ? INT32_MAX : o.n_predict;
-    int32_t ng = 0;
-    int grc = tern_generate(c, s, ids, (int32_t)n_ids, n_pred, run_token, &rcb, &ng, &err);
+    tern_generate_result_t gr;
+    int grc = tern_generate(c, s, ids, (int32_t)n_ids, n_pred, run_token, &rcb, &gr, &err);
     printf("\n"); /* as llama.cpp's tools end their output */
     fflush(stdout);
-    if (grc && !g_stop) {
+    /* TERN_EABORTED: Ctrl-C during the prompt (the abort callback). */
+    if (grc && grc != TERN_EABORTED) {
         fprintf(stderr, "\ntern: %s\n", err.msg);
         goto out;
     }
     if (o.logits_digest)
         fprintf(stderr, "tern: logits digest %016llx over %d vectors\n", (unsigned long long)rcb.digest,
                 rcb.n_digested);
-    if (g_stop) fprintf(stderr, "\ntern: interrupted\n");
-    else if (tern_context_pos(c) >= tern_context_n_ctx(c) && ng < n_pred)
-        fprintf(stderr, "\ntern: context full (%d positions)\n", tern_context_n_ctx(c));
+    /* Why it stopped: the callback only stops on Ctrl-C here. */
+    if (grc == TERN_EABORTED || gr.stop == TERN_STOP_CALLBACK)
+        fprintf(stderr, "\ntern: interrupted after %d tokens\n", gr.n_generated);
+    else if (gr.stop == TERN_STOP_CTX_FULL)
+        fprintf(stderr, "\ntern: context full (%d positions) after %d tokens\n", tern_context_n_ctx(c),
+                gr.n_generated);
+    else
+        fprintf(stderr, "tern: stopped after %d tokens: %s\n", gr.n_generated,
+                gr.stop == TERN_STOP_EOG ? "end of generation" : "-n reached");
     if (!o.seed_given && o.sp.temp > 0) fprintf(stderr, "tern: seed %llu\n", (unsigned long long)o.sp.seed);
     run_print_timings(m, c, &o, now_ms() - t0);
     rc = 0;
@@ -317,11 +324,12 @@ int cmd_chat(int argc, char **argv) {
         strbuf_t reply = {0};
         sb_add(&reply, "", 0);
         int32_t n_pred = o.n_predict < 0 ? INT32_MAX : o.n_predict;
-        int grc = tern_generate(c, s, ids, (int32_t)n_ids, n_pred, chat_token, &reply, NULL, &err);
+        tern_generate_result_t gr;
+        int grc = tern_generate(c, s, ids, (int32_t)n_ids, n_pred, chat_token, &reply, &gr, &err);
         free(ids);
         printf("\n");
         fflush(stdout);
-        if (grc && !g_stop) {
+        if (grc && grc != TERN_EABORTED) {
             fprintf(stderr, "tern: %s\n", err.msg);
             free(reply.buf);
             goto out;
@@ -332,7 +340,18 @@ int cmd_chat(int argc, char **argv) {
         }
         sb_add(&cached, reply.buf ? reply.buf : "", reply.len);
         free(reply.buf);
-        if (g_stop) {
+        if (gr.stop == TERN_STOP_CTX_FULL) {
+            /* The last token of the reply did not fit: no turn can follow. */
+            fprintf(stderr, "tern: context full (%d positions); start a new chat or use -c\n", tern_context_n_ctx(c));
+            break;
+        }
+        if (grc == TERN_EABORTED) {
+            /* Stopped inside the prompt: the cache holds only part of it, so
+             * the next turn re-reads the conversation. */
+            tern_context_truncate(c, 0, NULL);
+            cached.len = 0;
+            fprintf(stderr, "tern: reply stopped\n");
+        } else if (gr.stop == TERN_STOP_CALLBACK) {
             /* A stopped reply may end mid-token-sequence: the cache holds
              * exactly the reported text, so the next turn still continues. */
             fprintf(stderr, "tern: reply stopped\n");

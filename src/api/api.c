@@ -8,6 +8,7 @@
 
 #include "tern.h"
 #include "core/common.h"
+#include "core/cpu.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
 #include "text/sampler.h"
@@ -23,9 +24,9 @@ struct tern_model {
 };
 
 struct tern_context {
-    tern_model_t *model;
+    const tern_model_t *model;
     model_ctx_t *mc;
-    char note[256];
+    char note[512];
     tern_timings_t t;
     int (*abort_fn)(void *);
     void *abort_user;
@@ -146,7 +147,7 @@ int tern_tokenize(const tern_model_t *m, const char *text, size_t len, int add_b
     return tok_encode(m->tok, text ? text : "", len, add_bos != 0, parse_special != 0, ids, n_ids, err);
 }
 
-tern_detok_t *tern_detok_new(const tern_model_t *m, tern_error_t *err) {
+tern_detok_t *tern_detok_create(const tern_model_t *m, tern_error_t *err) {
     if (!m->tok) {
         tern_err(err, TERN_EINVAL, "%s", m->tok_err);
         return NULL;
@@ -191,7 +192,36 @@ tern_context_params_t tern_context_default_params(void) {
     return p;
 }
 
-tern_context_t *tern_context_create(tern_model_t *m, const tern_context_params_t *p, tern_error_t *err) {
+/* Thread counts. A pool of more threads than the CPUs this process may run
+ * on still computes the same bits, but its workers park instead of spinning
+ * and every dispatch waits for all of them to be scheduled: slower, and at
+ * hundreds of threads per CPU absurdly so. Up to TERN_THREADS_PER_CPU per
+ * CPU is allowed (thread-invariance checks run -t 3 and 4 on two cores) with
+ * a note; more is clamped to that, with a note. The note is appended to
+ * note (the context's note, which may already hold a line). */
+#define TERN_THREADS_PER_CPU 4
+static int32_t resolve_threads(int32_t want, char *note, size_t note_len) {
+    int32_t n = want > 0 ? want : (int32_t)tern_threads_default(NULL, 0);
+    const int cpus = cpu_online();
+    int32_t max = (int32_t)TERN_THREADS_PER_CPU * cpus;
+    if (max > TERN_POOL_MAX_THREADS) max = TERN_POOL_MAX_THREADS;
+    size_t used = strlen(note);
+    char *at = note + used;
+    size_t room = note_len - used;
+    const char *sep = used ? "; " : "";
+    if (n > max) {
+        snprintf(at, room,
+                 "%s%d threads requested, clamped to %d (at most %d per CPU; this process may run on %d CPU%s)", sep,
+                 n, max, TERN_THREADS_PER_CPU, cpus, cpus == 1 ? "" : "s");
+        n = max;
+    } else if (n > cpus) {
+        snprintf(at, room, "%s%d threads on %d CPU%s: oversubscribed (same results, slower than %d threads)", sep, n,
+                 cpus, cpus == 1 ? "" : "s", cpus);
+    }
+    return n;
+}
+
+tern_context_t *tern_context_create(const tern_model_t *m, const tern_context_params_t *p, tern_error_t *err) {
     if (!m) {
         tern_err(err, TERN_EINVAL, "tern_context_create: NULL model");
         return NULL;
@@ -205,7 +235,8 @@ tern_context_t *tern_context_create(tern_model_t *m, const tern_context_params_t
     }
     c->model = m;
     model_ctx_params_t mp = model_ctx_default_params();
-    mp.n_threads = p->n_threads;
+    char tnote[sizeof c->note] = "";
+    mp.n_threads = resolve_threads(p->n_threads, tnote, sizeof tnote);
     mp.n_ctx = p->n_ctx;
     mp.n_batch = p->n_batch;
     mp.kv_f32 = p->kv_f32 != 0;
@@ -214,6 +245,10 @@ tern_context_t *tern_context_create(tern_model_t *m, const tern_context_params_t
     if (!c->mc) {
         free(c);
         return NULL;
+    }
+    if (tnote[0]) {
+        size_t used = strlen(c->note);
+        snprintf(c->note + used, sizeof c->note - used, "%s%s", used ? "; " : "", tnote);
     }
     return c;
 }
@@ -229,7 +264,10 @@ int32_t tern_context_n_ctx(const tern_context_t *c) { return (int32_t)model_ctx_
 int32_t tern_context_pos(const tern_context_t *c) { return (int32_t)model_ctx_pos(c->mc); }
 int32_t tern_context_threads(const tern_context_t *c) { return model_ctx_threads(c->mc); }
 int tern_context_set_threads(tern_context_t *c, int32_t n, tern_error_t *err) {
-    return model_ctx_set_threads(c->mc, n, err);
+    char tnote[sizeof c->note] = "";
+    int rc = model_ctx_set_threads(c->mc, resolve_threads(n, tnote, sizeof tnote), err);
+    if (rc == 0) snprintf(c->note, sizeof c->note, "%s", tnote);
+    return rc;
 }
 int tern_context_truncate(tern_context_t *c, int32_t pos, tern_error_t *err) {
     return model_ctx_truncate(c->mc, pos, err);
@@ -245,23 +283,27 @@ static int eval_kind(tern_context_t *c, const int32_t *ids, int32_t n, float *lo
     if (!c || n < 0 || (n > 0 && !ids)) return tern_err(err, TERN_EINVAL, "tern_eval: bad arguments");
     if (n == 0) return 0;
     int64_t room = model_ctx_n_ctx(c->mc) - model_ctx_pos(c->mc);
+    /* Checked here, before model_eval (which would say TERN_EINVAL), so the
+     * caller gets its own code; nothing is appended. */
     if (n > room)
-        return tern_err(err, TERN_EINVAL, "context full: %lld positions + %d new > context size %lld",
+        return tern_err(err, TERN_ECTXFULL, "context full: %lld positions + %d new > context size %lld",
                         (long long)model_ctx_pos(c->mc), n, (long long)model_ctx_n_ctx(c->mc));
     const int64_t V = c->model->m->hp.n_vocab;
-    /* Block by block, so that the abort callback runs between blocks. */
+    /* Block by block, so that the abort callback runs between blocks. The
+     * pool does not change during an eval (set_threads is the caller's). */
     const int64_t step = model_ctx_n_batch(c->mc);
-    uint64_t d0 = tern_pool_dispatch_count(), t0 = tern_now_ns();
+    const tern_pool_t *pool = model_ctx_pool(c->mc);
+    uint64_t d0 = tern_pool_dispatches(pool), t0 = tern_now_ns();
     int rc = 0;
     for (int64_t off = 0; off < n && rc == 0; off += step) {
         if (off > 0 && c->abort_fn && c->abort_fn(c->abort_user)) {
-            rc = tern_err(err, TERN_EINVAL, "evaluation aborted after %lld of %d tokens", (long long)off, n);
+            rc = tern_err(err, TERN_EABORTED, "evaluation aborted after %lld of %d tokens", (long long)off, n);
             break;
         }
         int64_t k = n - off < step ? n - off : step;
         rc = model_eval(c->mc, ids + off, k, logits_all ? logits_all + off * V : NULL, err);
     }
-    uint64_t dt = tern_now_ns() - t0, dd = tern_pool_dispatch_count() - d0;
+    uint64_t dt = tern_now_ns() - t0, dd = tern_pool_dispatches(pool) - d0;
     if (prompt) {
         c->t.n_prompt += n;
         c->t.prompt_ns += dt;
@@ -314,37 +356,75 @@ tern_sampler_params_t tern_sampler_default_params(void) {
     return p;
 }
 
+static tern_sampler_t *sampler_wrap(sampler_t *in, tern_error_t *err) {
+    if (!in) return NULL;
+    tern_sampler_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        sampler_free(in);
+        tern_err(err, TERN_ENOMEM, "out of memory");
+        return NULL;
+    }
+    s->s = in;
+    return s;
+}
+
 tern_sampler_t *tern_sampler_create(const tern_model_t *m, const tern_sampler_params_t *p, tern_error_t *err) {
     if (!m || !p) {
         tern_err(err, TERN_EINVAL, "tern_sampler_create: bad arguments");
         return NULL;
     }
-    tern_sampler_t *s = calloc(1, sizeof *s);
-    if (!s) {
-        tern_err(err, TERN_ENOMEM, "out of memory");
+    return sampler_wrap(sampler_create(p, (int32_t)m->m->hp.n_vocab, err), err);
+}
+tern_sampler_t *tern_sampler_create_chain(const tern_model_t *m, const tern_sampler_params_t *p,
+                                          const tern_sampler_stage_t *stages, int32_t n_stages, tern_error_t *err) {
+    if (!m || !p || !stages) {
+        tern_err(err, TERN_EINVAL, "tern_sampler_create_chain: bad arguments");
         return NULL;
     }
-    s->s = sampler_new(p, (int32_t)m->m->hp.n_vocab, err);
-    if (!s->s) {
-        free(s);
-        return NULL;
-    }
-    return s;
+    return sampler_wrap(sampler_create_chain(p, stages, (int)n_stages, (int32_t)m->m->hp.n_vocab, err), err);
 }
 void tern_sampler_free(tern_sampler_t *s) {
     if (!s) return;
     sampler_free(s->s);
     free(s);
 }
+int32_t tern_sampler_chain(const tern_sampler_t *s, tern_sampler_stage_t *stages, int32_t cap) {
+    return sampler_chain(s->s, stages, cap);
+}
+void tern_sampler_set_mask(tern_sampler_t *s, tern_mask_fn fn, void *user) { sampler_set_mask(s->s, fn, user); }
+int tern_sampler_set_logit_bias(tern_sampler_t *s, const tern_logit_bias_t *bias, size_t n, tern_error_t *err) {
+    return sampler_set_logit_bias(s->s, bias, n, err);
+}
 int32_t tern_sampler_sample(tern_sampler_t *s, const float *logits) { return sampler_sample(s->s, logits); }
 void tern_sampler_accept(tern_sampler_t *s, int32_t id) { sampler_accept(s->s, id); }
 void tern_sampler_reset(tern_sampler_t *s) { sampler_reset(s->s); }
+size_t tern_sampler_state_size(const tern_sampler_t *s) { return sampler_state_size(s->s); }
+size_t tern_sampler_state_save(const tern_sampler_t *s, void *buf, size_t cap) {
+    return sampler_state_save(s->s, buf, cap);
+}
+int tern_sampler_state_load(tern_sampler_t *s, const void *buf, size_t len, tern_error_t *err) {
+    return sampler_state_load(s->s, buf, len, err);
+}
 
 /* ---- generation ---- */
 
+const char *tern_stop_reason_name(tern_stop_reason_t r) {
+    switch (r) {
+    case TERN_STOP_LENGTH: return "length";
+    case TERN_STOP_EOG: return "eog";
+    case TERN_STOP_CALLBACK: return "callback";
+    case TERN_STOP_CTX_FULL: return "context full";
+    case TERN_STOP_ERROR: return "error";
+    }
+    return "?";
+}
+
 int tern_generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, int32_t n_prompt, int32_t n_predict,
-                  tern_token_cb cb, void *user, int32_t *n_generated, tern_error_t *err) {
-    if (n_generated) *n_generated = 0;
+                  tern_token_cb cb, void *user, tern_generate_result_t *res, tern_error_t *err) {
+    if (res) {
+        res->n_generated = 0;
+        res->stop = TERN_STOP_ERROR;
+    }
     if (!c || !s || n_prompt < 0 || (n_prompt > 0 && !prompt))
         return tern_err(err, TERN_EINVAL, "tern_generate: bad arguments");
     if (n_prompt == 0 && model_ctx_pos(c->mc) == 0)
@@ -363,12 +443,19 @@ int tern_generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, i
     }
     char text[512];
     int32_t ng = 0;
-    bool stop = false;
-    while (ng < n_predict && !stop) {
+    tern_stop_reason_t why = TERN_STOP_LENGTH;
+    while (ng < n_predict) {
         uint64_t t0 = tern_now_ns();
         int32_t id = sampler_sample(s->s, model_ctx_logits(c->mc));
         c->t.sample_ns += tern_now_ns() - t0;
         c->t.n_sample++;
+        if (id < 0) {
+            rc = tern_err(err, TERN_EINVAL,
+                          "tern_generate: the sampler allowed no token (the mask or the logit bias banned every one, "
+                          "or the mask callback failed) after %d tokens",
+                          ng);
+            break;
+        }
         sampler_accept(s->s, id);
         bool eog = m->tok && tok_is_eog(m->tok, id);
         int len = 0;
@@ -377,17 +464,30 @@ int tern_generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, i
             if (len < 0) len = 0;
         }
         ng++;
-        if (cb && cb(id, m->tok ? text : NULL, (size_t)len, user)) stop = true;
-        if (eog) break;
+        bool cb_stop = cb && cb(id, m->tok ? text : NULL, (size_t)len, user);
+        if (eog) {
+            why = TERN_STOP_EOG;
+            break;
+        }
         /* Every reported token except an end-of-generation one goes into the
          * cache, so a later call (chat) continues exactly after it. */
-        if (model_ctx_pos(c->mc) >= model_ctx_n_ctx(c->mc)) break;
+        if (model_ctx_pos(c->mc) >= model_ctx_n_ctx(c->mc)) {
+            why = TERN_STOP_CTX_FULL;
+            break;
+        }
         if ((rc = eval_kind(c, &id, 1, NULL, 0, err))) break;
+        if (cb_stop) {
+            why = TERN_STOP_CALLBACK;
+            break;
+        }
     }
     if (m->tok && cb) {
         int len = tok_stream_flush(&ds, text, sizeof text);
         if (len > 0) cb(-1, text, (size_t)len, user);
     }
-    if (n_generated) *n_generated = ng;
+    if (res) {
+        res->n_generated = ng;
+        res->stop = rc ? TERN_STOP_ERROR : why;
+    }
     return rc;
 }

@@ -116,7 +116,8 @@
 #define ST_WAITER (1u << 13)
 #define ST_EPOCH_SHIFT 14
 #define ST_EPOCH_ONE (1u << ST_EPOCH_SHIFT)
-#define POOL_MAX_THREADS 1024 /* < ST_INSIDE_MASK */
+#define POOL_MAX_THREADS TERN_POOL_MAX_THREADS /* < ST_INSIDE_MASK */
+_Static_assert(POOL_MAX_THREADS < ST_INSIDE_MASK, "inside must count every worker");
 
 #define WAKE_WORKERS 1u
 #define WAKE_CALLER 2u
@@ -187,6 +188,10 @@ struct tern_pool {
     /* The caller's own line: written on every run, read by nobody else. */
     _Alignas(64) atomic_flag busy;
     unsigned n_runs;
+    /* Dispatches of this pool (tern_pool_dispatches). Written only by the
+     * caller holding `busy`, so a relaxed load + store suffices (no locked
+     * RMW on the hot path); atomic because any thread may read it. */
+    _Atomic uint64_t dispatches;
 
     /* Read by waiting workers, written rarely (caller_cpu every
      * POOL_CALLER_CPU_EVERY runs, the rest by setters and destroy). */
@@ -558,6 +563,10 @@ uint64_t tern_pool_dispatch_count(void) {
     return atomic_load_explicit(&g_dispatches, memory_order_relaxed);
 }
 
+uint64_t tern_pool_dispatches(const tern_pool_t *p) {
+    return p ? atomic_load_explicit(&p->dispatches, memory_order_relaxed) : 0;
+}
+
 void tern_pool_set_spin(tern_pool_t *p, int64_t iters) {
     if (p) atomic_store_explicit(&p->spin, iters < 0 ? 0 : iters, memory_order_relaxed);
 }
@@ -728,6 +737,8 @@ int tern_pool_run(tern_pool_t *p, const tern_range_t *r, int n, tern_error_t *er
     uint32_t open = ((s >> ST_EPOCH_SHIFT) + 1) << ST_EPOCH_SHIFT;
     atomic_store_explicit(&p->state, open, memory_order_seq_cst);
     atomic_fetch_add_explicit(&g_dispatches, 1, memory_order_relaxed);
+    atomic_store_explicit(&p->dispatches, atomic_load_explicit(&p->dispatches, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
     if (atomic_load_explicit(&p->n_sleeping, memory_order_seq_cst) > 0 &&
         atomic_exchange_explicit(&p->n_sleeping, 0, memory_order_seq_cst) > 0)
         park_wake(p, WAKE_WORKERS);

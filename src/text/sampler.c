@@ -1,35 +1,70 @@
 /*
- * sampler.c - the sampling chain of sampler.h: penalties, top-k, top-p,
- * min-p, temperature, and a draw from a splitmix64 RNG.
+ * sampler.c - the sampling chain of sampler.h: a list of stages, each a
+ * small struct (kind, parameters, apply function) run in order over one
+ * candidate set, and the state blob.
  *
- * Cost: greedy without penalties is one pass over the logits. Otherwise the
- * logits are copied into a candidate array (the caller's are never touched);
- * top-k selects with a bounded min-heap (O(V log k)) and only the survivors
- * are sorted, so a 150k vocabulary with top-k 40 costs about one pass.
+ * The candidate set is the array of (id, logit) pairs plus what the stages
+ * need to know about it: whether it is still every id in id order ("dense":
+ * then c[id] is id's entry), whether it is sorted best first, and the
+ * temperature a TEMP stage set. A stage that needs order sorts when the set
+ * is not sorted; a stage that looks ids up uses c[id] when dense, else an
+ * id -> index map built for the set (only custom chains get there).
+ *
+ * Cost: when no stage before GREEDY changes logits, greedy is one pass over
+ * the caller's logits. Otherwise the logits are copied into the candidate
+ * array (the caller's are never touched); top-k selects with a bounded
+ * min-heap (O(V log k)) and only the survivors are sorted, so a 150k
+ * vocabulary with top-k 40 costs about one pass.
  */
 #include "text/sampler.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/common.h"
 
+typedef tern_token_logit_t cand_t;
+
 typedef struct {
-    int32_t id;
-    float logit;
-} cand_t;
+    cand_t *c;
+    int32_t n;
+    bool dense;  /* c[i].id == i for every i < n == n_vocab */
+    bool sorted; /* best first, by cand_before */
+    float temp;  /* set by TEMP; TOP_P, MIN_P and DIST use it */
+    int32_t chosen;
+} cset_t;
+
+typedef struct stage stage_t;
+/* 0: go on; -1: no token can be chosen (sample returns -1). */
+typedef int (*stage_fn)(sampler_t *s, const stage_t *st, cset_t *cs);
+struct stage {
+    tern_sampler_stage_t kind;
+    stage_fn apply;
+    int32_t k; /* TOP_K */
+    float x;   /* TOP_P, MIN_P: p; TEMP: temperature */
+};
 
 struct sampler {
     tern_sampler_params_t p;
     int32_t n_vocab;
+    stage_t stages[TERN_SAMPLER_MAX_STAGES];
+    int n_stages;
     uint64_t rng;
-    int32_t *window; /* ring of the last repeat_last_n accepted ids */
+    int32_t cap;     /* window capacity: repeat_last_n (0: no window) */
+    int32_t *window; /* ring of the last cap accepted ids */
     int32_t n_window, window_head;
     cand_t *cand;    /* n_vocab */
     float *prob;     /* n_vocab */
+    int32_t *where;  /* n_vocab: id -> index in a non-dense set (see find) */
     int32_t *seen;   /* scratch: distinct ids of the window */
     int32_t *counts; /* their counts */
+    tern_mask_fn mask_fn;
+    void *mask_user;
+    tern_logit_bias_t *bias;
+    size_t n_bias;
+    bool bias_bans; /* some bias is -INFINITY */
 };
 
 static uint64_t splitmix64(uint64_t *s) {
@@ -41,68 +76,89 @@ static uint64_t splitmix64(uint64_t *s) {
 
 double sampler_uniform(sampler_t *s) { return (double)(splitmix64(&s->rng) >> 11) * (1.0 / 9007199254740992.0); }
 
-sampler_t *sampler_new(const tern_sampler_params_t *p, int32_t n_vocab, tern_error_t *err) {
-    if (!p || n_vocab <= 0) {
-        tern_err(err, TERN_EINVAL, "sampler: bad arguments (n_vocab %d)", n_vocab);
-        return NULL;
+/* ---- the candidate set ----------------------------------------------------- */
+
+/* Higher logit first; equal logits by lower id. A total order, so the result
+ * never depends on the sort or selection algorithm. */
+static inline bool cand_before(const cand_t *a, const cand_t *b) {
+    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
+}
+static int cand_cmp(const void *pa, const void *pb) {
+    const cand_t *a = pa, *b = pb;
+    return cand_before(a, b) ? -1 : cand_before(b, a) ? 1 : 0;
+}
+
+static void cset_sort(cset_t *cs) {
+    if (cs->sorted) return;
+    qsort(cs->c, (size_t)cs->n, sizeof *cs->c, cand_cmp);
+    cs->sorted = true;
+    cs->dense = false;
+}
+
+/* Lookups of ids in a set that is not dense: where[id] is written for every
+ * candidate before the lookups, and an entry counts only if it points at a
+ * candidate holding that id (so stale entries of earlier sets never need
+ * clearing). */
+static void index_set(sampler_t *s, const cset_t *cs) {
+    if (cs->dense) return;
+    for (int32_t i = 0; i < cs->n; i++)
+        if (cs->c[i].id >= 0 && cs->c[i].id < s->n_vocab) s->where[cs->c[i].id] = i;
+}
+static cand_t *find(sampler_t *s, cset_t *cs, int32_t id) {
+    if (id < 0 || id >= s->n_vocab) return NULL;
+    if (cs->dense) return &cs->c[id];
+    int32_t i = s->where[id];
+    return i >= 0 && i < cs->n && cs->c[i].id == id ? &cs->c[i] : NULL;
+}
+
+/* Drop candidates at -INFINITY or NaN (banned), keeping the order. */
+static int cset_drop_banned(cset_t *cs) {
+    int32_t k = 0;
+    for (int32_t i = 0; i < cs->n; i++)
+        if (cs->c[i].logit > -INFINITY) cs->c[k++] = cs->c[i];
+    if (k != cs->n) cs->dense = false;
+    cs->n = k;
+    return k > 0 ? 0 : -1;
+}
+
+/* Softmax of the (sorted) candidates' logits / temp into s->prob. */
+static void softmax_cand(sampler_t *s, const cset_t *cs, int32_t n, float temp) {
+    double sum = 0;
+    const float mx = cs->c[0].logit;
+    for (int32_t i = 0; i < n; i++) {
+        float e = expf((cs->c[i].logit - mx) / temp);
+        s->prob[i] = e;
+        sum += e;
     }
-    const char *bad = NULL;
-    if (!isfinite(p->temp)) bad = "temp";
-    else if (!(p->top_p >= 0 && p->top_p <= 1)) bad = "top_p (want 0..1)";
-    else if (!(p->min_p >= 0 && p->min_p <= 1)) bad = "min_p (want 0..1)";
-    else if (!(p->repeat_penalty > 0) || !isfinite(p->repeat_penalty)) bad = "repeat_penalty (want > 0)";
-    else if (!isfinite(p->presence_penalty)) bad = "presence_penalty";
-    else if (!isfinite(p->frequency_penalty)) bad = "frequency_penalty";
-    else if (p->repeat_last_n < 0 || p->repeat_last_n > (1 << 20)) bad = "repeat_last_n (want 0..1048576)";
-    if (bad) {
-        tern_err(err, TERN_EINVAL, "sampler: bad %s", bad);
-        return NULL;
+    for (int32_t i = 0; i < n; i++) s->prob[i] = (float)(s->prob[i] / sum);
+}
+
+/* ---- the stages -------------------------------------------------------------- */
+
+static int st_mask(sampler_t *s, const stage_t *st, cset_t *cs) {
+    (void)st;
+    if (!s->mask_fn) return 0;
+    if (s->mask_fn(s->mask_user, cs->c, cs->n)) return -1;
+    cs->sorted = false; /* the callback may have touched any logit */
+    return cset_drop_banned(cs);
+}
+
+static int st_logit_bias(sampler_t *s, const stage_t *st, cset_t *cs) {
+    (void)st;
+    if (!s->n_bias) return 0;
+    index_set(s, cs);
+    for (size_t i = 0; i < s->n_bias; i++) {
+        cand_t *c = find(s, cs, s->bias[i].token);
+        if (c) c->logit += s->bias[i].bias;
     }
-    sampler_t *s = calloc(1, sizeof *s);
-    if (!s) goto oom;
-    s->p = *p;
-    s->n_vocab = n_vocab;
-    int32_t w = p->repeat_last_n > 0 ? p->repeat_last_n : 1;
-    s->window = calloc((size_t)w, sizeof *s->window);
-    s->seen = calloc((size_t)w, sizeof *s->seen);
-    s->counts = calloc((size_t)w, sizeof *s->counts);
-    s->cand = tern_calloc((size_t)n_vocab, sizeof *s->cand);
-    s->prob = tern_calloc((size_t)n_vocab, sizeof *s->prob);
-    if (!s->window || !s->seen || !s->counts || !s->cand || !s->prob) goto oom;
-    sampler_reset(s);
-    return s;
-oom:
-    sampler_free(s);
-    tern_err(err, TERN_ENOMEM, "sampler: out of memory for %d candidates", n_vocab);
-    return NULL;
+    cs->sorted = false;
+    return s->bias_bans ? cset_drop_banned(cs) : 0;
 }
 
-void sampler_free(sampler_t *s) {
-    if (!s) return;
-    free(s->window);
-    free(s->seen);
-    free(s->counts);
-    tern_free(s->cand);
-    tern_free(s->prob);
-    free(s);
-}
-
-void sampler_reset(sampler_t *s) {
-    s->rng = s->p.seed;
-    s->n_window = 0;
-    s->window_head = 0;
-}
-
-void sampler_accept(sampler_t *s, int32_t id) {
-    int32_t w = s->p.repeat_last_n;
-    if (w <= 0) return;
-    s->window[s->window_head] = id;
-    s->window_head = (s->window_head + 1) % w;
-    if (s->n_window < w) s->n_window++;
-}
-
-static bool penalties_active(const tern_sampler_params_t *p) {
-    return p->repeat_last_n > 0 && (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
+static bool penalties_on(const sampler_t *s) {
+    const tern_sampler_params_t *p = &s->p;
+    return s->cap > 0 && s->n_window > 0 &&
+           (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
 }
 
 /* Distinct ids of the window with their counts, into s->seen / s->counts.
@@ -122,14 +178,22 @@ static int32_t window_counts(sampler_t *s) {
     return n;
 }
 
-/* Higher logit first; equal logits by lower id. A total order, so the result
- * never depends on the sort or selection algorithm. */
-static inline bool cand_before(const cand_t *a, const cand_t *b) {
-    return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
-}
-static int cand_cmp(const void *pa, const void *pb) {
-    const cand_t *a = pa, *b = pb;
-    return cand_before(a, b) ? -1 : cand_before(b, a) ? 1 : 0;
+static int st_penalties(sampler_t *s, const stage_t *st, cset_t *cs) {
+    (void)st;
+    if (!penalties_on(s)) return 0;
+    const tern_sampler_params_t *p = &s->p;
+    index_set(s, cs);
+    int32_t nd = window_counts(s);
+    for (int32_t j = 0; j < nd; j++) {
+        cand_t *c = find(s, cs, s->seen[j]);
+        if (!c) continue;
+        float l = c->logit;
+        l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+        l -= (float)s->counts[j] * p->frequency_penalty + p->presence_penalty;
+        c->logit = l;
+    }
+    cs->sorted = false;
+    return 0;
 }
 
 /* Min-heap (by cand_before, the "worst" on top) helpers for top-k. */
@@ -146,102 +210,357 @@ static void heap_down(cand_t *h, int32_t n, int32_t i) {
     }
 }
 
-/* Keep the k best of n candidates in c[0..k), sorted best first. */
-static int32_t top_k(cand_t *c, int32_t n, int32_t k) {
-    if (k <= 0 || k >= n) {
-        qsort(c, (size_t)n, sizeof *c, cand_cmp);
-        return n;
+/* Keep the k best candidates, sorted best first (k <= 0: all, sorted). */
+static int st_top_k(sampler_t *s, const stage_t *st, cset_t *cs) {
+    (void)s;
+    const int32_t k = st->k, n = cs->n;
+    if (k <= 0 || k >= n || cs->sorted) {
+        cset_sort(cs);
+        if (k > 0 && k < n) cs->n = k;
+        return 0;
     }
+    cand_t *c = cs->c;
     for (int32_t i = k / 2 - 1; i >= 0; i--) heap_down(c, k, i);
     for (int32_t i = k; i < n; i++)
         if (cand_before(&c[i], &c[0])) {
             c[0] = c[i];
             heap_down(c, k, 0);
         }
-    qsort(c, (size_t)k, sizeof *c, cand_cmp);
-    return k;
+    cs->n = k;
+    cs->sorted = false;
+    cset_sort(cs);
+    return 0;
 }
 
-/* Softmax of the (sorted) candidates' logits / temp into s->prob. */
-static void softmax_cand(sampler_t *s, int32_t n, float temp) {
-    double sum = 0;
-    const float mx = s->cand[0].logit;
-    for (int32_t i = 0; i < n; i++) {
-        float e = expf((s->cand[i].logit - mx) / temp);
-        s->prob[i] = e;
-        sum += e;
+static int st_top_p(sampler_t *s, const stage_t *st, cset_t *cs) {
+    if (st->x >= 1.0f) return 0;
+    cset_sort(cs);
+    softmax_cand(s, cs, cs->n, cs->temp);
+    double cum = 0;
+    int32_t keep = cs->n;
+    for (int32_t i = 0; i < cs->n; i++) {
+        cum += s->prob[i];
+        if (cum >= st->x) {
+            keep = i + 1;
+            break;
+        }
     }
-    for (int32_t i = 0; i < n; i++) s->prob[i] = (float)(s->prob[i] / sum);
+    cs->n = keep;
+    return 0;
 }
 
-int32_t sampler_sample(sampler_t *s, const float *logits) {
-    const tern_sampler_params_t *p = &s->p;
-    const int32_t V = s->n_vocab;
-    const bool pen = penalties_active(p) && s->n_window > 0;
+/* p_i >= min_p * p_max  <=>  logit_i >= logit_max + temp * log(min_p)
+ * (temp 1 unless a TEMP stage came first; 1 * x is exact). */
+static int st_min_p(sampler_t *s, const stage_t *st, cset_t *cs) {
+    (void)s;
+    if (st->x <= 0.0f) return 0;
+    cset_sort(cs);
+    const float thr = cs->c[0].logit + cs->temp * logf(st->x);
+    int32_t keep = 1;
+    while (keep < cs->n && cs->c[keep].logit >= thr) keep++;
+    cs->n = keep;
+    return 0;
+}
 
-    if (p->temp <= 0 && !pen) { /* greedy: first maximum */
-        int32_t best = 0;
-        for (int32_t i = 1; i < V; i++)
-            if (logits[i] > logits[best]) best = i;
-        return best;
-    }
+static int st_temp(sampler_t *s, const stage_t *st, cset_t *cs) {
+    (void)s;
+    cs->temp *= st->x;
+    return 0;
+}
 
-    /* 1. penalties */
-    cand_t *c = s->cand;
-    for (int32_t i = 0; i < V; i++) {
-        c[i].id = i;
-        c[i].logit = logits[i];
-    }
-    if (pen) {
-        int32_t nd = window_counts(s);
-        for (int32_t j = 0; j < nd; j++) {
-            int32_t id = s->seen[j];
-            if (id < 0 || id >= V) continue;
-            float l = c[id].logit;
-            l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
-            l -= (float)s->counts[j] * p->frequency_penalty + p->presence_penalty;
-            c[id].logit = l;
-        }
-    }
-    if (p->temp <= 0) {
-        int32_t best = 0;
-        for (int32_t i = 1; i < V; i++)
-            if (c[i].logit > c[best].logit) best = i;
-        return best;
-    }
-
-    /* 2. top-k (also sorts, best first) */
-    int32_t n = top_k(c, V, p->top_k);
-
-    /* 3. top-p at temperature 1 */
-    if (p->top_p < 1.0f) {
-        softmax_cand(s, n, 1.0f);
-        double cum = 0;
-        int32_t keep = n;
-        for (int32_t i = 0; i < n; i++) {
-            cum += s->prob[i];
-            if (cum >= p->top_p) {
-                keep = i + 1;
-                break;
-            }
-        }
-        n = keep;
-    }
-
-    /* 4. min-p: p_i >= min_p * p_max  <=>  logit_i >= logit_max + log(min_p) */
-    if (p->min_p > 0.0f) {
-        const float thr = c[0].logit + logf(p->min_p);
-        int32_t keep = 1;
-        while (keep < n && c[keep].logit >= thr) keep++;
-        n = keep;
-    }
-
-    /* 5. temperature, softmax, draw */
-    softmax_cand(s, n, p->temp);
+static int st_dist(sampler_t *s, const stage_t *st, cset_t *cs) {
+    (void)st;
+    cset_sort(cs);
+    const int32_t n = cs->n;
+    softmax_cand(s, cs, n, cs->temp);
     double r = sampler_uniform(s), cum = 0;
     for (int32_t i = 0; i < n; i++) {
         cum += s->prob[i];
-        if (r < cum) return c[i].id;
+        if (r < cum) {
+            cs->chosen = cs->c[i].id;
+            return 0;
+        }
     }
-    return c[n - 1].id; /* r within rounding of 1 */
+    cs->chosen = cs->c[n - 1].id; /* r within rounding of 1 */
+    return 0;
+}
+
+/* The best candidate: c[0] when sorted; else the first maximum in the set's
+ * order (id order when dense), which cand_before makes the same choice. */
+static int st_greedy(sampler_t *s, const stage_t *st, cset_t *cs) {
+    (void)s;
+    (void)st;
+    int32_t best = 0;
+    if (!cs->sorted)
+        for (int32_t i = 1; i < cs->n; i++)
+            if (cand_before(&cs->c[i], &cs->c[best])) best = i;
+    cs->chosen = cs->c[best].id;
+    return 0;
+}
+
+static const stage_fn stage_fns[TERN_SAMPLER_MAX_STAGES] = {
+    [TERN_STAGE_MASK] = st_mask,   [TERN_STAGE_LOGIT_BIAS] = st_logit_bias, [TERN_STAGE_PENALTIES] = st_penalties,
+    [TERN_STAGE_TOP_K] = st_top_k, [TERN_STAGE_TOP_P] = st_top_p,           [TERN_STAGE_MIN_P] = st_min_p,
+    [TERN_STAGE_TEMP] = st_temp,   [TERN_STAGE_DIST] = st_dist,             [TERN_STAGE_GREEDY] = st_greedy,
+};
+
+/* ---- construction ------------------------------------------------------------ */
+
+static const char *bad_param(const tern_sampler_params_t *p) {
+    if (!isfinite(p->temp)) return "temp";
+    if (!(p->top_p >= 0 && p->top_p <= 1)) return "top_p (want 0..1)";
+    if (!(p->min_p >= 0 && p->min_p <= 1)) return "min_p (want 0..1)";
+    if (!(p->repeat_penalty > 0) || !isfinite(p->repeat_penalty)) return "repeat_penalty (want > 0)";
+    if (!isfinite(p->presence_penalty)) return "presence_penalty";
+    if (!isfinite(p->frequency_penalty)) return "frequency_penalty";
+    if (p->repeat_last_n < 0 || p->repeat_last_n > (1 << 20)) return "repeat_last_n (want 0..1048576)";
+    return NULL;
+}
+
+sampler_t *sampler_create_chain(const tern_sampler_params_t *p, const tern_sampler_stage_t *stages, int n,
+                                int32_t n_vocab, tern_error_t *err) {
+    if (!p || n_vocab <= 0 || !stages || n < 1 || n > TERN_SAMPLER_MAX_STAGES) {
+        tern_err(err, TERN_EINVAL, "sampler: bad arguments (n_vocab %d, %d stages)", n_vocab, n);
+        return NULL;
+    }
+    const char *bad = bad_param(p);
+    if (bad) {
+        tern_err(err, TERN_EINVAL, "sampler: bad %s", bad);
+        return NULL;
+    }
+    unsigned used = 0;
+    for (int i = 0; i < n; i++) {
+        unsigned k = (unsigned)stages[i];
+        bool terminal = k == TERN_STAGE_DIST || k == TERN_STAGE_GREEDY;
+        if (k >= TERN_SAMPLER_MAX_STAGES) {
+            tern_err(err, TERN_EINVAL, "sampler: stage %d has an unknown kind %u", i, k);
+            return NULL;
+        }
+        if (used & (1u << k)) {
+            tern_err(err, TERN_EINVAL, "sampler: stage %d repeats kind %u (each kind at most once)", i, k);
+            return NULL;
+        }
+        if (terminal != (i == n - 1)) {
+            tern_err(err, TERN_EINVAL, "sampler: the chain must end with DIST or GREEDY, and have it only there");
+            return NULL;
+        }
+        if (k == TERN_STAGE_TEMP && !(p->temp > 0)) {
+            tern_err(err, TERN_EINVAL, "sampler: a TEMP stage needs temp > 0 (use GREEDY for temperature 0)");
+            return NULL;
+        }
+        used |= 1u << k;
+    }
+    sampler_t *s = calloc(1, sizeof *s);
+    if (!s) goto oom;
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    for (int i = 0; i < n; i++) {
+        stage_t *st = &s->stages[i];
+        st->kind = stages[i];
+        st->apply = stage_fns[stages[i]];
+        st->k = p->top_k;
+        st->x = stages[i] == TERN_STAGE_TOP_P ? p->top_p : stages[i] == TERN_STAGE_MIN_P ? p->min_p : p->temp;
+    }
+    s->n_stages = n;
+    s->cap = p->repeat_last_n;
+    int32_t w = s->cap > 0 ? s->cap : 1;
+    s->window = calloc((size_t)w, sizeof *s->window);
+    s->seen = calloc((size_t)w, sizeof *s->seen);
+    s->counts = calloc((size_t)w, sizeof *s->counts);
+    s->cand = tern_calloc((size_t)n_vocab, sizeof *s->cand);
+    s->prob = tern_calloc((size_t)n_vocab, sizeof *s->prob);
+    s->where = tern_calloc((size_t)n_vocab, sizeof *s->where);
+    if (!s->window || !s->seen || !s->counts || !s->cand || !s->prob || !s->where) goto oom;
+    sampler_reset(s);
+    return s;
+oom:
+    sampler_free(s);
+    tern_err(err, TERN_ENOMEM, "sampler: out of memory for %d candidates", n_vocab);
+    return NULL;
+}
+
+sampler_t *sampler_create(const tern_sampler_params_t *p, int32_t n_vocab, tern_error_t *err) {
+    static const tern_sampler_stage_t full[] = {TERN_STAGE_MASK,  TERN_STAGE_LOGIT_BIAS, TERN_STAGE_PENALTIES,
+                                                TERN_STAGE_TOP_K, TERN_STAGE_TOP_P,      TERN_STAGE_MIN_P,
+                                                TERN_STAGE_TEMP,  TERN_STAGE_DIST};
+    static const tern_sampler_stage_t greedy[] = {TERN_STAGE_MASK, TERN_STAGE_LOGIT_BIAS, TERN_STAGE_PENALTIES,
+                                                  TERN_STAGE_GREEDY};
+    if (!p) {
+        tern_err(err, TERN_EINVAL, "sampler: bad arguments (no parameters)");
+        return NULL;
+    }
+    if (p->temp > 0) return sampler_create_chain(p, full, (int)(sizeof full / sizeof *full), n_vocab, err);
+    return sampler_create_chain(p, greedy, (int)(sizeof greedy / sizeof *greedy), n_vocab, err);
+}
+
+void sampler_free(sampler_t *s) {
+    if (!s) return;
+    free(s->window);
+    free(s->seen);
+    free(s->counts);
+    free(s->bias);
+    tern_free(s->cand);
+    tern_free(s->prob);
+    tern_free(s->where);
+    free(s);
+}
+
+int sampler_chain(const sampler_t *s, tern_sampler_stage_t *out, int cap) {
+    for (int i = 0; i < s->n_stages && i < cap; i++) out[i] = s->stages[i].kind;
+    return s->n_stages;
+}
+
+void sampler_set_mask(sampler_t *s, tern_mask_fn fn, void *user) {
+    s->mask_fn = fn;
+    s->mask_user = fn ? user : NULL;
+}
+
+int sampler_set_logit_bias(sampler_t *s, const tern_logit_bias_t *bias, size_t n, tern_error_t *err) {
+    if (n && !bias) return tern_err(err, TERN_EINVAL, "sampler: NULL logit bias list of %zu entries", n);
+    bool bans = false;
+    for (size_t i = 0; i < n; i++) {
+        if (bias[i].token < 0 || bias[i].token >= s->n_vocab)
+            return tern_err(err, TERN_EINVAL, "sampler: logit bias %zu: token %d out of range [0, %d)", i,
+                            bias[i].token, s->n_vocab);
+        if (!(bias[i].bias < INFINITY)) /* +INFINITY or NaN */
+            return tern_err(err, TERN_EINVAL, "sampler: logit bias %zu (token %d): bias must be finite or -INFINITY",
+                            i, bias[i].token);
+        if (bias[i].bias == -INFINITY) bans = true;
+    }
+    tern_logit_bias_t *copy = NULL;
+    if (n) {
+        copy = n <= SIZE_MAX / sizeof *bias ? malloc(n * sizeof *bias) : NULL;
+        if (!copy) return tern_err(err, TERN_ENOMEM, "sampler: out of memory for %zu logit biases", n);
+        memcpy(copy, bias, n * sizeof *bias);
+    }
+    free(s->bias);
+    s->bias = copy;
+    s->n_bias = n;
+    s->bias_bans = bans;
+    return 0;
+}
+
+void sampler_reset(sampler_t *s) {
+    s->rng = s->p.seed;
+    s->n_window = 0;
+    s->window_head = 0;
+}
+
+void sampler_accept(sampler_t *s, int32_t id) {
+    if (s->cap <= 0 || id < 0 || id >= s->n_vocab) return;
+    s->window[s->window_head] = id;
+    s->window_head = (s->window_head + 1) % s->cap;
+    if (s->n_window < s->cap) s->n_window++;
+}
+
+/* ---- sampling ---------------------------------------------------------------- */
+
+/* Whether stage st can change a logit now (MASK, LOGIT_BIAS, PENALTIES);
+ * truncations and TEMP never change which candidate is the best. */
+static bool changes_logits(const sampler_t *s, const stage_t *st) {
+    switch (st->kind) {
+    case TERN_STAGE_MASK: return s->mask_fn != NULL;
+    case TERN_STAGE_LOGIT_BIAS: return s->n_bias > 0;
+    case TERN_STAGE_PENALTIES: return penalties_on(s);
+    default: return false;
+    }
+}
+
+int32_t sampler_sample(sampler_t *s, const float *logits) {
+    const int32_t V = s->n_vocab;
+    if (s->stages[s->n_stages - 1].kind == TERN_STAGE_GREEDY) {
+        bool plain = true;
+        for (int i = 0; i < s->n_stages - 1 && plain; i++) plain = !changes_logits(s, &s->stages[i]);
+        if (plain) { /* greedy on the caller's logits: first maximum */
+            int32_t best = 0;
+            for (int32_t i = 1; i < V; i++)
+                if (logits[i] > logits[best]) best = i;
+            return best;
+        }
+    }
+    cset_t cs = {s->cand, V, true, false, 1.0f, -1};
+    for (int32_t i = 0; i < V; i++) {
+        cs.c[i].id = i;
+        cs.c[i].logit = logits[i];
+    }
+    for (int i = 0; i < s->n_stages; i++)
+        if (s->stages[i].apply(s, &s->stages[i], &cs)) return -1;
+    return cs.chosen;
+}
+
+/* ---- the state blob ---------------------------------------------------------- */
+
+static const unsigned char state_magic[4] = {'T', 'S', 'M', 'P'};
+#define STATE_VERSION 1u
+
+static void put_u32(unsigned char *b, uint32_t v) {
+    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (8 * i));
+}
+static void put_u64(unsigned char *b, uint64_t v) {
+    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get_u32(const unsigned char *b) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)b[i] << (8 * i);
+    return v;
+}
+static uint64_t get_u64(const unsigned char *b) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
+    return v;
+}
+
+size_t sampler_state_size(const sampler_t *s) {
+    return TERN_SAMPLER_STATE_HEADER + 4 * (size_t)(s->cap > 0 ? s->cap : 0);
+}
+
+size_t sampler_state_save(const sampler_t *s, void *buf, size_t cap) {
+    const size_t need = TERN_SAMPLER_STATE_HEADER + 4 * (size_t)s->n_window;
+    if (!buf || cap < need) return 0;
+    unsigned char *b = buf;
+    memcpy(b, state_magic, 4);
+    put_u32(b + 4, STATE_VERSION);
+    put_u32(b + 8, (uint32_t)s->n_vocab);
+    put_u32(b + 12, (uint32_t)(s->cap > 0 ? s->cap : 0));
+    put_u64(b + 16, s->rng);
+    put_u32(b + 24, (uint32_t)s->n_window);
+    /* Oldest first: the ring starts at head once it is full. */
+    const int32_t start = s->n_window == s->cap ? s->window_head : 0;
+    for (int32_t i = 0; i < s->n_window; i++)
+        put_u32(b + TERN_SAMPLER_STATE_HEADER + 4 * (size_t)i, (uint32_t)s->window[(start + i) % s->cap]);
+    return need;
+}
+
+int sampler_state_load(sampler_t *s, const void *buf, size_t len, tern_error_t *err) {
+    const unsigned char *b = buf;
+    if (!buf || len < TERN_SAMPLER_STATE_HEADER)
+        return tern_err(err, TERN_EFORMAT, "sampler state: %zu bytes, shorter than the %d-byte header", buf ? len : 0,
+                        TERN_SAMPLER_STATE_HEADER);
+    if (memcmp(b, state_magic, 4) != 0) return tern_err(err, TERN_EFORMAT, "sampler state: bad magic (not TSMP)");
+    uint32_t ver = get_u32(b + 4), nv = get_u32(b + 8), wcap = get_u32(b + 12), n = get_u32(b + 24);
+    if (ver != STATE_VERSION)
+        return tern_err(err, TERN_EUNSUP, "sampler state: version %u, this tern reads %u", ver, STATE_VERSION);
+    if (nv != (uint32_t)s->n_vocab)
+        return tern_err(err, TERN_EINVAL, "sampler state: saved for a vocabulary of %u tokens, this sampler has %d", nv,
+                        s->n_vocab);
+    if (wcap > (1u << 20) || n > wcap)
+        return tern_err(err, TERN_EFORMAT, "sampler state: window of %u ids in a capacity of %u", n, wcap);
+    if (n > (uint32_t)(s->cap > 0 ? s->cap : 0))
+        return tern_err(err, TERN_EINVAL, "sampler state: window of %u ids, this sampler keeps %d (repeat_last_n)", n,
+                        s->cap > 0 ? s->cap : 0);
+    if (len != TERN_SAMPLER_STATE_HEADER + 4 * (size_t)n)
+        return tern_err(err, TERN_EFORMAT, "sampler state: %zu bytes, a window of %u ids takes %zu", len, n,
+                        TERN_SAMPLER_STATE_HEADER + 4 * (size_t)n);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t id = get_u32(b + TERN_SAMPLER_STATE_HEADER + 4 * (size_t)i);
+        if (id >= nv) return tern_err(err, TERN_EFORMAT, "sampler state: window id %u (entry %u) out of range", id, i);
+    }
+    /* Valid: now change the sampler. The window order (oldest first) does
+     * not change what the penalties do: each distinct id is penalized once
+     * with its count. */
+    s->rng = get_u64(b + 16);
+    for (uint32_t i = 0; i < n; i++) s->window[i] = (int32_t)get_u32(b + TERN_SAMPLER_STATE_HEADER + 4 * (size_t)i);
+    s->n_window = (int32_t)n;
+    s->window_head = s->cap > 0 ? (int32_t)(n % (uint32_t)s->cap) : 0;
+    return 0;
 }

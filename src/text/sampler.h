@@ -1,22 +1,12 @@
 /*
- * sampler.h - choosing the next token from logits: greedy, or a fixed chain
- * of penalties and truncations followed by a draw from a seeded RNG.
+ * sampler.h - choosing the next token from logits: an explicit chain of
+ * stages (mask, logit bias, penalties, top-k, top-p, min-p, temperature,
+ * then a seeded draw or greedy), and the sampler's state as a byte blob.
  *
- * The chain, always in this order (llama.cpp's default order, so the same
- * flags mean the same thing):
- *   1. penalties over the last repeat_last_n accepted tokens:
- *        repetition: a logit l of a token seen in the window becomes
- *                    l / repeat_penalty if l > 0, else l * repeat_penalty;
- *        frequency:  l -= frequency_penalty * count;
- *        presence:   l -= presence_penalty (once, when count > 0)
- *   2. top-k: keep the k highest logits (k <= 0: all)
- *   3. top-p: keep the smallest prefix (by descending probability at
- *      temperature 1) whose mass reaches top_p (>= 1: off)
- *   4. min-p: drop tokens whose probability is below min_p times the top
- *      one's (<= 0: off)
- *   5. temperature: divide the logits by temp; then softmax and draw.
- * temp <= 0 means greedy: after the penalties, the highest logit wins (ties:
- * the lowest id). Truncation always keeps at least one token.
+ * The stages, their default order and their exact semantics are documented
+ * once, in tern_sampler.h (the public header): sampler_create builds the
+ * default chain from tern_sampler_params_t, sampler_create_chain any order
+ * an application gives.
  *
  * Reproducibility: the RNG is splitmix64 seeded from params.seed; one draw
  * per sampled token, so the same seed, model and prompt give the same text.
@@ -26,6 +16,7 @@
 #ifndef TERN_TEXT_SAMPLER_H
 #define TERN_TEXT_SAMPLER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tern_sampler.h"
@@ -33,17 +24,42 @@
 
 typedef struct sampler sampler_t;
 
-/* params: see tern_sampler_params_t in tern_sampler.h. NULL on error (bad parameter
+/* The default chain of p (tern_sampler.h). NULL on error (bad parameter
  * named in err). */
-sampler_t *sampler_new(const tern_sampler_params_t *p, int32_t n_vocab, tern_error_t *err);
+sampler_t *sampler_create(const tern_sampler_params_t *p, int32_t n_vocab, tern_error_t *err);
+/* n stages in the given order (each kind at most once; DIST or GREEDY last
+ * and only there), their parameters from p. */
+sampler_t *sampler_create_chain(const tern_sampler_params_t *p, const tern_sampler_stage_t *stages, int n,
+                                int32_t n_vocab, tern_error_t *err);
 void sampler_free(sampler_t *s);
-/* Pick a token from n_vocab logits (not modified). */
+/* The chain's stages into out (at most cap); returns their count. */
+int sampler_chain(const sampler_t *s, tern_sampler_stage_t *out, int cap);
+
+/* The MASK stage's callback (NULL: the stage does nothing). */
+void sampler_set_mask(sampler_t *s, tern_mask_fn fn, void *user);
+/* Replace the LOGIT_BIAS list by a copy of n entries (0: none). TERN_EINVAL
+ * for a token out of range or a NaN / +INFINITY bias (nothing changed). */
+int sampler_set_logit_bias(sampler_t *s, const tern_logit_bias_t *bias, size_t n, tern_error_t *err);
+
+/* Pick a token from n_vocab logits (not modified); -1 when the mask or the
+ * logit bias left no candidate, or the mask callback failed. */
 int32_t sampler_sample(sampler_t *s, const float *logits);
-/* Record an accepted token (prompt or generated) in the penalty window. */
+/* Record an accepted token (prompt or generated) in the penalty window; ids
+ * outside [0, n_vocab) are ignored (they could never be penalized). */
 void sampler_accept(sampler_t *s, int32_t id);
 /* Empty the window and reseed. */
 void sampler_reset(sampler_t *s);
 /* Uniform double in [0, 1) from the sampler's RNG (exposed for tests). */
 double sampler_uniform(sampler_t *s);
+
+/* The state blob (format in tern_sampler.h). size: the most bytes a save of
+ * this sampler can take (a full window), so one buffer serves every
+ * snapshot. save: the bytes written, 0 when cap is too small. load: 0, or
+ * TERN_EFORMAT (truncated, bad magic, inconsistent sizes, id out of range),
+ * TERN_EUNSUP (another version), TERN_EINVAL (a blob of another vocabulary,
+ * or a window longer than this sampler keeps); on error s is unchanged. */
+size_t sampler_state_size(const sampler_t *s);
+size_t sampler_state_save(const sampler_t *s, void *buf, size_t cap);
+int sampler_state_load(sampler_t *s, const void *buf, size_t len, tern_error_t *err);
 
 #endif
