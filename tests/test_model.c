@@ -578,11 +578,11 @@ static void test_errors(void **state) {
     assert_int_equal(model_eval(c, bad, 2, NULL, &err), TERN_EINVAL);
     assert_non_null(strstr(err.msg, "out of range"));
     assert_int_equal(model_ctx_pos(c), 0);
-    assert_int_equal(model_eval(c, ids, 9, NULL, &err), TERN_EINVAL);
+    assert_int_equal(model_eval(c, ids, 9, NULL, &err), TERN_ECTXFULL);
     assert_non_null(strstr(err.msg, "context full"));
     assert_int_equal(model_ctx_pos(c), 0);
     eval_ok(c, ids, 8, NULL);
-    assert_int_equal(model_eval(c, ids, 1, NULL, &err), TERN_EINVAL);
+    assert_int_equal(model_eval(c, ids, 1, NULL, &err), TERN_ECTXFULL);
     assert_int_equal(model_ctx_truncate(c, 9, &err), TERN_EINVAL);
     assert_int_equal(model_ctx_truncate(c, 3, &err), 0);
     eval_ok(c, ids, 5, NULL);

@@ -283,8 +283,9 @@ static int eval_kind(tern_context_t *c, const int32_t *ids, int32_t n, float *lo
     if (!c || n < 0 || (n > 0 && !ids)) return tern_err(err, TERN_EINVAL, "tern_eval: bad arguments");
     if (n == 0) return 0;
     int64_t room = model_ctx_n_ctx(c->mc) - model_ctx_pos(c->mc);
-    /* Checked here, before model_eval (which would say TERN_EINVAL), so the
-     * caller gets its own code; nothing is appended. */
+    /* Checked here for the whole call, before the first block: model_eval
+     * sees one block at a time, and nothing may be appended when the whole
+     * does not fit. */
     if (n > room)
         return tern_err(err, TERN_ECTXFULL, "context full: %lld positions + %d new > context size %lld",
                         (long long)model_ctx_pos(c->mc), n, (long long)model_ctx_n_ctx(c->mc));

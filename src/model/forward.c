@@ -233,7 +233,7 @@ int model_eval(model_ctx_t *c, const int32_t *ids, int64_t n, float *logits_all,
             return tern_err(err, TERN_EINVAL, "model: token id %d at index %lld is out of range [0, %lld)", ids[i],
                             (long long)i, (long long)V);
     if (n > c->n_ctx - pos)
-        return tern_err(err, TERN_EINVAL, "model: context full: %lld positions + %lld new > context size %lld",
+        return tern_err(err, TERN_ECTXFULL, "model: context full: %lld positions + %lld new > context size %lld",
                         (long long)pos, (long long)n, (long long)c->n_ctx);
     prof_start(c);
     for (int64_t off = 0; off < n; off += c->n_batch) {

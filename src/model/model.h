@@ -132,8 +132,9 @@ int model_ctx_set_threads(model_ctx_t *c, int n_threads, tern_error_t *err);
  * (pos = the current position), appending them to the KV cache. Blocks of
  * n_batch positions go through GEMM. logits_all (may be NULL): n x n_vocab
  * floats, the logits of every position. The logits of the last position are
- * always available afterwards from model_ctx_logits. Errors: bad token id,
- * context full (nothing is appended then), kernel failure. */
+ * always available afterwards from model_ctx_logits. Errors: TERN_EINVAL
+ * (bad token id), TERN_ECTXFULL (context full; nothing is appended for
+ * either), or a kernel failure. */
 int model_eval(model_ctx_t *c, const int32_t *ids, int64_t n, float *logits_all, tern_error_t *err);
 const float *model_ctx_logits(const model_ctx_t *c); /* n_vocab floats */
 
