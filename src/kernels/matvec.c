@@ -442,7 +442,7 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
         if (m->rows == 0) continue;
         mv_job_t *j = &jobs[nr];
         *j = (mv_job_t){.dot = ops[i]->dot,
-                        .rows = kern_rows(m->type, isa),
+                        .rows = ops[i]->rows,
                         .k = k,
                         .row_bytes = m->row_bytes,
                         .w = m->data,

@@ -46,7 +46,6 @@
 #include <string.h>
 
 #include "core/common.h"
-#include "core/cpu.h"
 #include "kernels/kquant.h"
 #include "kernels/arm/neon.h"
 
@@ -229,11 +228,11 @@ NEON_DOT_FN(dot_q6_K_plain, , q6_cols, false)
 /* dot, and the scalar entry's Q8_K quantizer. */
 static void set_entry(kern_table_t t, int type, kern_dot_fn dot) {
     TERN_CHECK(t[type][ISA_SCALAR].act != NULL); /* registered after the scalar column */
-    t[type][ISA_NEON] = (kern_ops_t){dot, t[type][ISA_SCALAR].act, NULL};
+    t[type][ISA_NEON] = (kern_ops_t){.dot = dot, .act = t[type][ISA_SCALAR].act};
 }
 
-void kquant_register_neon(kern_table_t t) {
-    const bool sd = cpu_features()->dotprod;
+void kquant_register_neon(kern_table_t t, const kern_options_t *o) {
+    const bool sd = o->dotprod;
     set_entry(t, TYPE_Q4_K, sd ? dot_q4_K_sdot : dot_q4_K_plain);
     set_entry(t, TYPE_Q5_K, sd ? dot_q5_K_sdot : dot_q5_K_plain);
     set_entry(t, TYPE_Q6_K, sd ? dot_q6_K_sdot : dot_q6_K_plain);

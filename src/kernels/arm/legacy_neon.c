@@ -41,7 +41,6 @@
 #include <string.h>
 
 #include "core/common.h"
-#include "core/cpu.h"
 #include "kernels/legacy.h"
 #include "kernels/arm/neon.h"
 
@@ -244,11 +243,11 @@ BLOCK_DOTS(q8_0, B_Q8_0)
  * define the activation row layout). */
 static void set_entry(kern_table_t t, int type, kern_dot_fn dot) {
     TERN_CHECK(t[type][ISA_SCALAR].act != NULL); /* registered after the scalar column */
-    t[type][ISA_NEON] = (kern_ops_t){dot, t[type][ISA_SCALAR].act, NULL};
+    t[type][ISA_NEON] = (kern_ops_t){.dot = dot, .act = t[type][ISA_SCALAR].act};
 }
 
-void legacy_register_neon(kern_table_t t) {
-    const bool sd = cpu_features()->dotprod;
+void legacy_register_neon(kern_table_t t, const kern_options_t *o) {
+    const bool sd = o->dotprod;
     set_entry(t, TYPE_F32, dot_f32_neon);
     set_entry(t, TYPE_F16, dot_f16_neon);
     set_entry(t, TYPE_BF16, dot_bf16_neon);

@@ -6,7 +6,8 @@
  *
  * Integer dot products come in two builds of the same kernel source:
  *   - "sdot": the ARMv8.2 dot-product instruction (SDOT, vdotq_s32), for
- *     CPUs that report it (cpu_features()->dotprod, from the Linux hwcaps).
+ *     CPUs that report it (kern_options_t.dotprod, from cpu_features()'s
+ *     Linux hwcaps).
  *     Only the functions that use it are compiled for armv8.2-a+dotprod
  *     (NEON_SDOT_FN), so the rest of the binary still runs on any armv8-a.
  *   - "plain": baseline NEON (widening multiplies and pairwise adds), for
@@ -31,11 +32,12 @@
  * (legacy_neon.c) and for Q4_K, Q5_K, Q6_K (kquant_neon.c). They reuse the
  * scalar entries' activation functions, so they must run after
  * kern_register_float / kern_register_legacy / kern_register_kquant filled
- * the scalar column. They pick the SDOT or the plain build by
- * cpu_features()->dotprod; like the x86 register functions they do not
- * decide whether NEON may run at all (dispatch.c does). */
-void legacy_register_neon(kern_table_t t);
-void kquant_register_neon(kern_table_t t);
+ * the scalar column. They pick the SDOT or the plain build by o->dotprod
+ * (set only where the CPU has it); like the x86 register functions they do
+ * not decide whether NEON may run at all (dispatch.c does). No rows
+ * functions: the matvec calls the dot row by row. */
+void legacy_register_neon(kern_table_t t, const kern_options_t *o);
+void kquant_register_neon(kern_table_t t, const kern_options_t *o);
 
 #define NEON_INLINE static inline __attribute__((always_inline))
 /* GCC 12's arm_neon.h declares vdotq_s32 for armv8.2-a+dotprod, so a

@@ -300,17 +300,11 @@ FLOAT_GEMM(f32, 4)
 FLOAT_GEMM(f16, 2)
 FLOAT_GEMM(bf16, 2)
 
-void legacy_register_float_avx2(kern_table_t t) {
-    t[TYPE_F32][ISA_AVX2] = (kern_ops_t){dot_f32_avx2, legacy_act_copy, &f32_gemm};
-    t[TYPE_F16][ISA_AVX2] = (kern_ops_t){dot_f16_avx2, legacy_act_copy, &f16_gemm};
-    t[TYPE_BF16][ISA_AVX2] = (kern_ops_t){dot_bf16_avx2, legacy_act_copy, &bf16_gemm};
-}
-
-kern_rows_fn float_rows_avx2(kern_dot_fn dot) {
-    if (dot == dot_f32_avx2) return rows_f32_avx2;
-    if (dot == dot_f16_avx2) return rows_f16_avx2;
-    if (dot == dot_bf16_avx2) return rows_bf16_avx2;
-    return NULL;
+void legacy_register_float_avx2(kern_table_t t, const kern_options_t *o) {
+    (void)o;
+    t[TYPE_F32][ISA_AVX2] = (kern_ops_t){dot_f32_avx2, legacy_act_copy, rows_f32_avx2, &f32_gemm};
+    t[TYPE_F16][ISA_AVX2] = (kern_ops_t){dot_f16_avx2, legacy_act_copy, rows_f16_avx2, &f16_gemm};
+    t[TYPE_BF16][ISA_AVX2] = (kern_ops_t){dot_bf16_avx2, legacy_act_copy, rows_bf16_avx2, &bf16_gemm};
 }
 
 #endif /* __x86_64__ */

@@ -257,24 +257,11 @@ FLOAT_GEMM(f32, 4)
 FLOAT_GEMM(f16, 2)
 FLOAT_GEMM(bf16, 2)
 
-void legacy_register_float_avx512(kern_table_t t) {
-    t[TYPE_F32][ISA_AVX512] = (kern_ops_t){dot_f32_avx512, legacy_act_copy, &f32_gemm};
-    t[TYPE_F16][ISA_AVX512] = (kern_ops_t){dot_f16_avx512, legacy_act_copy, &f16_gemm};
-    t[TYPE_BF16][ISA_AVX512] = (kern_ops_t){dot_bf16_avx512, legacy_act_copy, &bf16_gemm};
-}
-
-kern_rows_fn float_rows_avx512(kern_dot_fn dot) {
-    static const struct {
-        kern_dot_fn dot;
-        kern_rows_fn rows;
-    } pairs[] = {
-        {dot_f32_avx512, rows_f32_avx512},
-        {dot_f16_avx512, rows_f16_avx512},
-        {dot_bf16_avx512, rows_bf16_avx512},
-    };
-    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
-        if (pairs[i].dot == dot) return pairs[i].rows;
-    return NULL;
+void legacy_register_float_avx512(kern_table_t t, const kern_options_t *o) {
+    (void)o;
+    t[TYPE_F32][ISA_AVX512] = (kern_ops_t){dot_f32_avx512, legacy_act_copy, rows_f32_avx512, &f32_gemm};
+    t[TYPE_F16][ISA_AVX512] = (kern_ops_t){dot_f16_avx512, legacy_act_copy, rows_f16_avx512, &f16_gemm};
+    t[TYPE_BF16][ISA_AVX512] = (kern_ops_t){dot_bf16_avx512, legacy_act_copy, rows_bf16_avx512, &bf16_gemm};
 }
 
 #endif /* __x86_64__ */

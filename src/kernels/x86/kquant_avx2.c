@@ -116,7 +116,8 @@
  *
  * Registered for ISA_AVX2 in place of the GEMMs above where the CPU has
  * AVX-VNNI (Alder Lake and later client cores, Sapphire Rapids;
- * cpu_features()->avxvnni) and TERN_NO_AVXVNNI is unset. The same decode,
+ * cpu_features()->avxvnni) and the options allow it (kern_options_t.avxvnni,
+ * which TERN_NO_AVXVNNI turns off). The same decode,
  * driver and float steps; only the integer work of the micro-kernel
  * changes, and T_b, M_b are the same exact integers, so the results are the
  * plain GEMM's bits. vpdpbusd (u8 x s8, 4 products into an int32) replaces
@@ -1189,24 +1190,11 @@ static void act_q8_K_avx2(const float *x, void *xav, int64_t k) {
     }
 }
 
-void kquant_register_avx2(kern_table_t t) {
-    t[TYPE_Q4_K][ISA_AVX2] = (kern_ops_t){dot_q4_K_avx2, act_q8_K_avx2, &g_gemm_q4k};
-    t[TYPE_Q5_K][ISA_AVX2] = (kern_ops_t){dot_q5_K_avx2, act_q8_K_avx2, &g_gemm_q5k};
-    t[TYPE_Q6_K][ISA_AVX2] = (kern_ops_t){dot_q6_K_avx2, act_q8_K_avx2, &g_gemm_q6k};
+void kquant_register_avx2(kern_table_t t, const kern_options_t *o) {
     /* The AVX-VNNI GEMMs form the same exact integers T_b, M_b and take the
      * same float steps: the choice changes speed, not results. */
-    if (getenv("TERN_NO_AVXVNNI") == NULL && cpu_features()->avxvnni) {
-        t[TYPE_Q4_K][ISA_AVX2].gemm = &g_gemm_q4k_vnni;
-        t[TYPE_Q5_K][ISA_AVX2].gemm = &g_gemm_q5k_vnni;
-        t[TYPE_Q6_K][ISA_AVX2].gemm = &g_gemm_q6k_vnni;
-    }
-}
-
-kquant_dot_rows_fn kquant_rows_avx2(int type) {
-    switch (type) {
-    case TYPE_Q4_K: return dot_rows_q4_K_avx2;
-    case TYPE_Q5_K: return dot_rows_q5_K_avx2;
-    case TYPE_Q6_K: return dot_rows_q6_K_avx2;
-    default: return NULL;
-    }
+    const bool vnni = o->avxvnni;
+    t[TYPE_Q4_K][ISA_AVX2] = (kern_ops_t){dot_q4_K_avx2, act_q8_K_avx2, dot_rows_q4_K_avx2, vnni ? &g_gemm_q4k_vnni : &g_gemm_q4k};
+    t[TYPE_Q5_K][ISA_AVX2] = (kern_ops_t){dot_q5_K_avx2, act_q8_K_avx2, dot_rows_q5_K_avx2, vnni ? &g_gemm_q5k_vnni : &g_gemm_q5k};
+    t[TYPE_Q6_K][ISA_AVX2] = (kern_ops_t){dot_q6_K_avx2, act_q8_K_avx2, dot_rows_q6_K_avx2, vnni ? &g_gemm_q6k_vnni : &g_gemm_q6k};
 }

@@ -857,7 +857,7 @@ static void gq_run_small(const kern_gemm_args_t *a, const char *w, size_t row_by
         }
         return;
     }
-    const kquant_dot_rows_fn rows_fn = fmt == GQ_Q5K ? dot_rows_q5_K_avx512 : dot_rows_q4_K_avx512;
+    const kern_rows_fn rows_fn = fmt == GQ_Q5K ? dot_rows_q5_K_avx512 : dot_rows_q4_K_avx512;
     for (int64_t r0 = 0; r0 < nrows; r0 += KQUANT_MAX_ROWS) {
         const int nr = nrows - r0 < KQUANT_MAX_ROWS ? (int)(nrows - r0) : KQUANT_MAX_ROWS;
         const void *wp[KQUANT_MAX_ROWS];
@@ -1000,17 +1000,9 @@ static void act_q8_K_avx512(const float *x, void *xav, int64_t k) {
     }
 }
 
-void kquant_register_avx512(kern_table_t t) {
-    t[TYPE_Q4_K][ISA_AVX512] = (kern_ops_t){dot_q4_K_avx512, act_q8_K_avx512, &g_gemm_q4k};
-    t[TYPE_Q5_K][ISA_AVX512] = (kern_ops_t){dot_q5_K_avx512, act_q8_K_avx512, &g_gemm_q5k};
-    t[TYPE_Q6_K][ISA_AVX512] = (kern_ops_t){dot_q6_K_avx512, act_q8_K_avx512, &g_gemm_q6k};
-}
-
-kquant_dot_rows_fn kquant_rows_avx512(int type) {
-    switch (type) {
-    case TYPE_Q4_K: return dot_rows_q4_K_avx512;
-    case TYPE_Q5_K: return dot_rows_q5_K_avx512;
-    case TYPE_Q6_K: return dot_rows_q6_K_avx512;
-    default: return NULL;
-    }
+void kquant_register_avx512(kern_table_t t, const kern_options_t *o) {
+    (void)o;
+    t[TYPE_Q4_K][ISA_AVX512] = (kern_ops_t){dot_q4_K_avx512, act_q8_K_avx512, dot_rows_q4_K_avx512, &g_gemm_q4k};
+    t[TYPE_Q5_K][ISA_AVX512] = (kern_ops_t){dot_q5_K_avx512, act_q8_K_avx512, dot_rows_q5_K_avx512, &g_gemm_q5k};
+    t[TYPE_Q6_K][ISA_AVX512] = (kern_ops_t){dot_q6_K_avx512, act_q8_K_avx512, dot_rows_q6_K_avx512, &g_gemm_q6k};
 }

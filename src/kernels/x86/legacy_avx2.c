@@ -7,7 +7,8 @@
  * the activation row layout that all ISAs share (unchanged here); the float
  * formats are in float_avx2.c. AVX2, FMA and F16C instructions: this runs
  * on Haswell and Zen 2 (no AVX-512). Where the CPU has AVX-VNNI (Intel
- * Alder Lake and later; cpu_features()->avxvnni) and TERN_NO_AVXVNNI is unset,
+ * Alder Lake and later; cpu_features()->avxvnni) and the options allow it
+ * (kern_options_t.avxvnni, which TERN_NO_AVXVNNI turns off),
  * registration puts a second build of the GEMM in the AVX2 entries: its
  * tiles (only they) use vpdpbusd on ymm (function target "avxvnni"); it
  * gives the same bits as the plain one (below).
@@ -1083,35 +1084,16 @@ static void act_q8_1_avx2(const float *x, void *xa, int64_t k) {
     act_row(x, xa, k, true);
 }
 
-void legacy_register_blocks_avx2(kern_table_t t) {
-    t[TYPE_Q4_0][ISA_AVX2] = (kern_ops_t){dot_q4_0_avx2, act_q8_0_avx2, &gemm_q4_0};
-    t[TYPE_Q4_1][ISA_AVX2] = (kern_ops_t){dot_q4_1_avx2, act_q8_1_avx2, &gemm_q4_1};
-    t[TYPE_Q5_0][ISA_AVX2] = (kern_ops_t){dot_q5_0_avx2, act_q8_0_avx2, &gemm_q5_0};
-    t[TYPE_Q5_1][ISA_AVX2] = (kern_ops_t){dot_q5_1_avx2, act_q8_1_avx2, &gemm_q5_1};
-    t[TYPE_Q8_0][ISA_AVX2] = (kern_ops_t){dot_q8_0_avx2, act_q8_0_avx2, &gemm_q8_0};
+void legacy_register_blocks_avx2(kern_table_t t, const kern_options_t *o) {
     /* The AVX-VNNI GEMMs compute exactly what the plain ones do (exact
      * integer block sums, the same float steps), so the choice changes
      * speed, not results. */
-    if (getenv("TERN_NO_AVXVNNI") == NULL && cpu_features()->avxvnni) {
-        t[TYPE_Q4_0][ISA_AVX2].gemm = &gemm_q4_0_vnni;
-        t[TYPE_Q4_1][ISA_AVX2].gemm = &gemm_q4_1_vnni;
-        t[TYPE_Q5_0][ISA_AVX2].gemm = &gemm_q5_0_vnni;
-        t[TYPE_Q5_1][ISA_AVX2].gemm = &gemm_q5_1_vnni;
-        t[TYPE_Q8_0][ISA_AVX2].gemm = &gemm_q8_0_vnni;
-    }
-}
-
-kern_rows_fn legacy_rows_avx2(kern_dot_fn dot) {
-    static const struct {
-        kern_dot_fn dot;
-        kern_rows_fn rows;
-    } pairs[] = {
-        {dot_q4_0_avx2, rows_q4_0_avx2}, {dot_q4_1_avx2, rows_q4_1_avx2}, {dot_q5_0_avx2, rows_q5_0_avx2},
-        {dot_q5_1_avx2, rows_q5_1_avx2}, {dot_q8_0_avx2, rows_q8_0_avx2},
-    };
-    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
-        if (pairs[i].dot == dot) return pairs[i].rows;
-    return NULL;
+    const bool vnni = o->avxvnni;
+    t[TYPE_Q4_0][ISA_AVX2] = (kern_ops_t){dot_q4_0_avx2, act_q8_0_avx2, rows_q4_0_avx2, vnni ? &gemm_q4_0_vnni : &gemm_q4_0};
+    t[TYPE_Q4_1][ISA_AVX2] = (kern_ops_t){dot_q4_1_avx2, act_q8_1_avx2, rows_q4_1_avx2, vnni ? &gemm_q4_1_vnni : &gemm_q4_1};
+    t[TYPE_Q5_0][ISA_AVX2] = (kern_ops_t){dot_q5_0_avx2, act_q8_0_avx2, rows_q5_0_avx2, vnni ? &gemm_q5_0_vnni : &gemm_q5_0};
+    t[TYPE_Q5_1][ISA_AVX2] = (kern_ops_t){dot_q5_1_avx2, act_q8_1_avx2, rows_q5_1_avx2, vnni ? &gemm_q5_1_vnni : &gemm_q5_1};
+    t[TYPE_Q8_0][ISA_AVX2] = (kern_ops_t){dot_q8_0_avx2, act_q8_0_avx2, rows_q8_0_avx2, vnni ? &gemm_q8_0_vnni : &gemm_q8_0};
 }
 
 #endif /* __x86_64__ */

@@ -1043,46 +1043,25 @@ static void act_q8_1_avx512(const float *x, void *xa, int64_t k) {
     act_row(x, xa, k, true);
 }
 
-void legacy_register_blocks_avx512(kern_table_t t) {
+void legacy_register_blocks_avx512(kern_table_t t, const kern_options_t *o) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     TERN_CHECK(pthread_once(&once, perm_init) == 0); /* before any kernel is handed out */
-    t[TYPE_Q4_0][ISA_AVX512] = (kern_ops_t){dot_q4_0_avx512, act_q8_0_avx512, &gemm_q4_0};
-    t[TYPE_Q4_1][ISA_AVX512] = (kern_ops_t){dot_q4_1_avx512, act_q8_1_avx512, &gemm_q4_1};
-    t[TYPE_Q5_0][ISA_AVX512] = (kern_ops_t){dot_q5_0_avx512, act_q8_0_avx512, &gemm_q5_0};
-    t[TYPE_Q5_1][ISA_AVX512] = (kern_ops_t){dot_q5_1_avx512, act_q8_1_avx512, &gemm_q5_1};
-    t[TYPE_Q8_0][ISA_AVX512] = (kern_ops_t){dot_q8_0_avx512, act_q8_0_avx512, &gemm_q8_0};
     /* The VBMI (+ GFNI) variants compute exactly what the plain ones do
      * (only the decode's instructions differ), so the choice changes speed,
      * not results. */
-    if (getenv("TERN_NO_VBMI") == NULL && __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("gfni")) {
-        t[TYPE_Q4_0][ISA_AVX512].dot = dot_q4_0_vbmi;
-        t[TYPE_Q4_1][ISA_AVX512].dot = dot_q4_1_vbmi;
-        t[TYPE_Q5_0][ISA_AVX512].dot = dot_q5_0_vbmi;
-        t[TYPE_Q5_1][ISA_AVX512].dot = dot_q5_1_vbmi;
-        t[TYPE_Q8_0][ISA_AVX512].dot = dot_q8_0_vbmi;
-        t[TYPE_Q4_0][ISA_AVX512].gemm = &gemm_q4_0_vbmi;
-        t[TYPE_Q4_1][ISA_AVX512].gemm = &gemm_q4_1_vbmi;
-        t[TYPE_Q5_0][ISA_AVX512].gemm = &gemm_q5_0_vbmi;
-        t[TYPE_Q5_1][ISA_AVX512].gemm = &gemm_q5_1_vbmi;
-        t[TYPE_Q8_0][ISA_AVX512].gemm = &gemm_q8_0_vbmi;
+    if (o->vbmi) {
+        t[TYPE_Q4_0][ISA_AVX512] = (kern_ops_t){dot_q4_0_vbmi, act_q8_0_avx512, rows_q4_0_vbmi, &gemm_q4_0_vbmi};
+        t[TYPE_Q4_1][ISA_AVX512] = (kern_ops_t){dot_q4_1_vbmi, act_q8_1_avx512, rows_q4_1_vbmi, &gemm_q4_1_vbmi};
+        t[TYPE_Q5_0][ISA_AVX512] = (kern_ops_t){dot_q5_0_vbmi, act_q8_0_avx512, rows_q5_0_vbmi, &gemm_q5_0_vbmi};
+        t[TYPE_Q5_1][ISA_AVX512] = (kern_ops_t){dot_q5_1_vbmi, act_q8_1_avx512, rows_q5_1_vbmi, &gemm_q5_1_vbmi};
+        t[TYPE_Q8_0][ISA_AVX512] = (kern_ops_t){dot_q8_0_vbmi, act_q8_0_avx512, rows_q8_0_vbmi, &gemm_q8_0_vbmi};
+    } else {
+        t[TYPE_Q4_0][ISA_AVX512] = (kern_ops_t){dot_q4_0_avx512, act_q8_0_avx512, rows_q4_0_avx512, &gemm_q4_0};
+        t[TYPE_Q4_1][ISA_AVX512] = (kern_ops_t){dot_q4_1_avx512, act_q8_1_avx512, rows_q4_1_avx512, &gemm_q4_1};
+        t[TYPE_Q5_0][ISA_AVX512] = (kern_ops_t){dot_q5_0_avx512, act_q8_0_avx512, rows_q5_0_avx512, &gemm_q5_0};
+        t[TYPE_Q5_1][ISA_AVX512] = (kern_ops_t){dot_q5_1_avx512, act_q8_1_avx512, rows_q5_1_avx512, &gemm_q5_1};
+        t[TYPE_Q8_0][ISA_AVX512] = (kern_ops_t){dot_q8_0_avx512, act_q8_0_avx512, rows_q8_0_avx512, &gemm_q8_0};
     }
-}
-
-kern_rows_fn legacy_rows_avx512(kern_dot_fn dot) {
-    static const struct {
-        kern_dot_fn dot;
-        kern_rows_fn rows;
-    } pairs[] = {
-        {dot_q4_0_avx512, rows_q4_0_avx512},
-        {dot_q4_1_avx512, rows_q4_1_avx512}, {dot_q5_0_avx512, rows_q5_0_avx512},
-        {dot_q5_1_avx512, rows_q5_1_avx512}, {dot_q8_0_avx512, rows_q8_0_avx512},
-        {dot_q4_0_vbmi, rows_q4_0_vbmi},     {dot_q4_1_vbmi, rows_q4_1_vbmi},
-        {dot_q5_0_vbmi, rows_q5_0_vbmi},     {dot_q5_1_vbmi, rows_q5_1_vbmi},
-        {dot_q8_0_vbmi, rows_q8_0_vbmi},
-    };
-    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
-        if (pairs[i].dot == dot) return pairs[i].rows;
-    return NULL;
 }
 
 #endif /* __x86_64__ */
