@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/inline.h"
+
 /* Software prefetch distance for the weight stream. Decode is memory-bound,
  * and the block kernels spend enough ALU work per cache line that the
  * out-of-order window alone keeps too few lines in flight: a prefetch a few
@@ -32,7 +34,7 @@
  * iteration consumes (a cache line or a block group: n a constant, so the
  * loop unrolls to one or two prefetches) or a K-quant superblock. Address
  * arithmetic in integers: the target may lie past the object. */
-static inline __attribute__((always_inline)) void prefetch_ahead(const void *p, size_t n) {
+TERN_INLINE void prefetch_ahead(const void *p, size_t n) {
     const uintptr_t a = (uintptr_t)p + PF_DIST;
     for (size_t o = 0; o < n; o += 64) _mm_prefetch((const char *)(a + o), _MM_HINT_T0);
 }

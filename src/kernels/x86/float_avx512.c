@@ -67,19 +67,19 @@
 
 /* ---- loaders: 16 elements from p as floats, lanes off in m read as 0 ---- */
 
-ALWAYS_INLINE __m512 load16_f32(const void *p, __mmask16 m) {
+TERN_INLINE __m512 load16_f32(const void *p, __mmask16 m) {
     return _mm512_maskz_loadu_ps(m, p);
 }
-ALWAYS_INLINE __m512 load16_f16(const void *p, __mmask16 m) {
+TERN_INLINE __m512 load16_f16(const void *p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 /* bf16 is the upper half of a float: zero-extend to 32 bits, shift up. */
-ALWAYS_INLINE __m512 load16_bf16(const void *p, __mmask16 m) {
+TERN_INLINE __m512 load16_bf16(const void *p, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
 
 /* Mask of the first n lanes (n >= 16: all). */
-ALWAYS_INLINE __mmask16 lanes16(int64_t n) {
+TERN_INLINE __mmask16 lanes16(int64_t n) {
     return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
 }
 
@@ -91,7 +91,7 @@ ALWAYS_INLINE __mmask16 lanes16(int64_t n) {
  * a time with masked loads. Each column's chain sees the same operations
  * whatever nc is, so a column's result does not depend on its neighbours. */
 #define FLOAT_DOT(name, wsz, load)                                                                       \
-    ALWAYS_INLINE void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
+    TERN_INLINE void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
                                    float *out) {                                                         \
         __m512 acc[KERN_MAX_COLS];                                                                       \
         _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();               \
@@ -133,7 +133,7 @@ COLS_ENTRY(dot_bf16_avx512, bf16_cols)
  * the interleaving of the rows' loads differs, which keeps nr prefetch
  * streams going per core, and nr * nc independent FMA chains. */
 #define FLOAT_ROWS(name, wsz, load)                                                                      \
-    ALWAYS_INLINE void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
+    TERN_INLINE void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
                                    size_t st, const int nc, float *out) {                                \
         __m512 acc[KERN_MAX_ROWS * 2];                                                                   \
         _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) acc[j] = _mm512_setzero_ps();          \
@@ -212,7 +212,7 @@ FLOAT_PACK(bf16, 2, load16_bf16)
  * its hsum16 goes to y[c * ldy + r] for the rv x cv valid rows x columns,
  * else it goes back to part. Per step: 4 weight and 4 activation loads, 16
  * FMAs; every FMA is fma(weight, activation, acc), as in the dot. */
-ALWAYS_INLINE void gemm_tile(const float *w, const float *x, int64_t len, __m512 *part, bool first, bool last,
+TERN_INLINE void gemm_tile(const float *w, const float *x, int64_t len, __m512 *part, bool first, bool last,
                              float *y, int64_t ldy, int rv, int cv) {
     __m512 acc[GEMM_TR][GEMM_TC];
     _Pragma("GCC unroll 4") for (int r = 0; r < GEMM_TR; r++) {
@@ -246,7 +246,7 @@ ALWAYS_INLINE void gemm_tile(const float *w, const float *x, int64_t len, __m512
 }
 
 /* float_gemm.h's gemm_tile_all: the tile is one chain per (row, column). */
-ALWAYS_INLINE void gemm_tile_all(const float *w, const float *x, int64_t len, char *part, bool first, bool last,
+TERN_INLINE void gemm_tile_all(const float *w, const float *x, int64_t len, char *part, bool first, bool last,
                                  float *y, int64_t ldy, int rv, int cv) {
     gemm_tile(w, x, len, (__m512 *)(void *)part, first, last, y, ldy, rv, cv);
 }

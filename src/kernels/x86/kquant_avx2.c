@@ -156,7 +156,7 @@
  * rows) functions are memory-bound and have no VNNI variant.
  */
 #include "core/common.h"
-#include "core/cpu.h"
+#include "kernels/inline.h"
 #include "kernels/kquant.h"
 #include "kernels/prefetch.h"
 
@@ -164,7 +164,6 @@
 #include <stddef.h>
 #include <stdlib.h>
 
-#define KQ_INLINE static inline __attribute__((always_inline))
 #define KQ_PRAGMA(x) _Pragma(#x)
 /* An empty asm that the compiler must assume changes v: keeps an integer
  * accumulation a chain (GCC otherwise reassociates the unrolled sums into
@@ -176,15 +175,15 @@
 /* fp16 scales are converted with F16C (exact, like fp16_to_f32) so that the
  * hot loops make no calls. */
 
-KQ_INLINE __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+TERN_INLINE __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
-KQ_INLINE const block_q8_K *act_at(const char *xa, size_t st, int c, int64_t b) {
+TERN_INLINE const block_q8_K *act_at(const char *xa, size_t st, int c, int64_t b) {
     return (const block_q8_K *)(xa + (size_t)c * st) + b;
 }
 
 /* Shuffle control selecting int16 element e of each 128-bit lane in the low
  * lane and element f in the high lane. */
-KQ_INLINE __m256i pick16(int e, int f) {
+TERN_INLINE __m256i pick16(int e, int f) {
     __m128i lo = _mm_set1_epi16((short)(((2 * e + 1) << 8) | (2 * e)));
     __m128i hi = _mm_set1_epi16((short)(((2 * f + 1) << 8) | (2 * f)));
     return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
@@ -196,16 +195,16 @@ KQ_INLINE __m256i pick16(int e, int f) {
  * 2p (low 128-bit lane) and 2p+1 (high lane) of one column. */
 
 /* [a.lo + a.hi | b.lo + b.hi]: two 8-lane vectors folded into a pair vector. */
-KQ_INLINE __m256i fold2(__m256i a, __m256i b) {
+TERN_INLINE __m256i fold2(__m256i a, __m256i b) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 /* [a.lo + a.hi | 0]: a row pair without its second row. */
-KQ_INLINE __m256i fold1(__m256i a) {
+TERN_INLINE __m256i fold1(__m256i a) {
     return _mm256_zextsi128_si256(_mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1)));
 }
 /* n (1..4) pair vectors -> lane q: the sum of p[q]'s low lane, lane 4 + q:
  * of its high lane (q >= n repeat smaller q). */
-KQ_INLINE __m256i reduce_pairs(const __m256i *p, const int n) {
+TERN_INLINE __m256i reduce_pairs(const __m256i *p, const int n) {
     const __m256i a = _mm256_hadd_epi32(p[0], n > 1 ? p[1] : p[0]);
     const __m256i b = n > 2 ? _mm256_hadd_epi32(p[2], n > 3 ? p[3] : p[2]) : a;
     return _mm256_hadd_epi32(a, b);
@@ -213,14 +212,14 @@ KQ_INLINE __m256i reduce_pairs(const __m256i *p, const int n) {
 
 /* Float lanes of a tile of nr rows x nc columns (nr * nc <= 8, at most 4
  * pair vectors): lane (r & 1) * 4 + (r / 2) * nc + c is slot (r, c). */
-KQ_INLINE int lane_of(int r, int c, int nc) { return (r & 1) * 4 + (r / 2) * nc + c; }
+TERN_INLINE int lane_of(int r, int c, int nc) { return (r & 1) * 4 + (r / 2) * nc + c; }
 /* The row of lane l (0 for lanes without a slot). */
-KQ_INLINE int row_of_lane(int l, int nr, int nc) {
+TERN_INLINE int row_of_lane(int l, int nr, int nc) {
     const int r = 2 * ((l & 3) / nc) + (l >> 2);
     return r < nr ? r : 0;
 }
 /* The activation scales of the tile's columns in their lanes. */
-KQ_INLINE __m256 lanes_da(const char *xa, size_t st, int64_t b, const int nc) {
+TERN_INLINE __m256 lanes_da(const char *xa, size_t st, int64_t b, const int nc) {
     if (nc == 1) return _mm256_set1_ps(act_at(xa, st, 0, b)->d);
     if (nc == 2) return _mm256_blend_ps(_mm256_set1_ps(act_at(xa, st, 0, b)->d), _mm256_set1_ps(act_at(xa, st, 1, b)->d), 0xAA);
     float v[4];
@@ -233,7 +232,7 @@ KQ_INLINE __m256 lanes_da(const char *xa, size_t st, int64_t b, const int nc) {
  * sum is T_b; the row's mins (byte j = m_j) to *m8, its fp16 (d, dmin) to
  * *dm. Every kernel below is this function in a loop, so a column's (and a
  * row's) integers never depend on how many share a call. */
-KQ_INLINE void affine_row(const void *wv, int64_t b, const char *xa, size_t st, const int nc, __m256i *t,
+TERN_INLINE void affine_row(const void *wv, int64_t b, const char *xa, size_t st, const int nc, __m256i *t,
                           uint64_t *m8, uint32_t *dm, const int is_q5) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
     const uint8_t *scales, *qs, *qhp = NULL;
@@ -283,7 +282,7 @@ KQ_INLINE void affine_row(const void *wv, int64_t b, const char *xa, size_t st, 
  * two rows' mins (int16, low / high lane) with the column's sub-block sums
  * S_j = bsums[2j] + bsums[2j+1] (int16, both lanes), reduced the same way;
  * then the chains of all slots in one vector of 8 float lanes (lane_of). */
-KQ_INLINE void affine_kernel(int64_t nb, const void *const *wr, const int nr, const char *xa, size_t st, const int nc,
+TERN_INLINE void affine_kernel(int64_t nb, const void *const *wr, const int nr, const char *xa, size_t st, const int nc,
                              float *out, const int is_q5) {
     _Static_assert(KQUANT_MAX_ACC == 8, "one vector of 8 slots");
     const int np = (nr + 1) / 2, nq = np * nc; /* row pairs, pair vectors (<= 4) */
@@ -332,7 +331,7 @@ KQ_INLINE void affine_kernel(int64_t nb, const void *const *wr, const int nr, co
 }
 
 /* Four slots' T vectors -> T_b (lane s). */
-KQ_INLINE __m128i reduce_t(const __m256i v[4]) {
+TERN_INLINE __m128i reduce_t(const __m256i v[4]) {
     const __m256i g = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
     return _mm_add_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1));
 }
@@ -341,7 +340,7 @@ KQ_INLINE __m128i reduce_t(const __m256i v[4]) {
 
 /* Half h (elements 128h..128h+127) of a Q6_K block as unsigned 6-bit
  * quants (q + 32): q[i] = elements 128h + 32i .. 128h + 32i + 31. */
-KQ_INLINE void q6k_unpack_half(const block_q6_K *w, int h, __m256i q[4]) {
+TERN_INLINE void q6k_unpack_half(const block_q6_K *w, int h, __m256i q[4]) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     const __m256i l0 = loadu256(w->ql + 64 * h), l1 = loadu256(w->ql + 64 * h + 32);
     const __m256i hv = loadu256(w->qh + 32 * h);
@@ -353,7 +352,7 @@ KQ_INLINE void q6k_unpack_half(const block_q6_K *w, int h, __m256i q[4]) {
                            _mm256_and_si256(_mm256_srli_epi16(hv, 2), m30));
 }
 
-KQ_INLINE void q6k_block(const void *wv, int64_t b, const char *xa, size_t st, const int nc, __m256i *tv, float *dd) {
+TERN_INLINE void q6k_block(const void *wv, int64_t b, const char *xa, size_t st, const int nc, __m256i *tv, float *dd) {
     const block_q6_K *w = (const block_q6_K *)wv + b;
     prefetch_ahead(w, sizeof *w);
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)w->scales));
@@ -391,7 +390,7 @@ KQ_INLINE void q6k_block(const void *wv, int64_t b, const char *xa, size_t st, c
     }
 }
 
-KQ_INLINE void q6k_kernel(int64_t nb, const void *const *wr, const int nr, const char *xa, size_t st, const int nc,
+TERN_INLINE void q6k_kernel(int64_t nb, const void *const *wr, const int nr, const char *xa, size_t st, const int nc,
                           float *out, const int unused) {
     (void)unused;
     __m128 acc[2] = {_mm_setzero_ps(), _mm_setzero_ps()};
@@ -453,8 +452,8 @@ KQ_INLINE void q6k_kernel(int64_t nb, const void *const *wr, const int nr, const
  * the da at ga_act_d, ga_act_sb(q6) bytes in all (64-byte multiples). */
 #define GA_ACT_P (64 * 32)
 #define GA_ACT_SB_MAX (64 * 32 + 4 * 32 + 64)
-KQ_INLINE size_t ga_act_d(const int q6) { return q6 ? 64 * 32 : 64 * 32 + 4 * 32; }
-KQ_INLINE size_t ga_act_sb(const int q6) { return ga_act_d(q6) + 64; }
+TERN_INLINE size_t ga_act_d(const int q6) { return q6 ? 64 * 32 : 64 * 32 + 4 * 32; }
+TERN_INLINE size_t ga_act_sb(const int q6) { return ga_act_d(q6) + 64; }
 _Static_assert(GA_HALVES == 2, "two vectors of 8 columns per group");
 
 /* One row's super-block, decoded: w: the 256 weights in natural order
@@ -473,17 +472,17 @@ typedef struct {
     uint32_t sc_hi[8];
 } ga_row_t;
 _Static_assert(sizeof(ga_row_t) % 32 == 0 && offsetof(ga_row_t, sc_hi) % 32 == 0, "ga_row_t: whole 32-byte units");
-KQ_INLINE size_t ga_row_bytes(const int q6) { return q6 ? sizeof(ga_row_t) : offsetof(ga_row_t, sc_hi); }
+TERN_INLINE size_t ga_row_bytes(const int q6) { return q6 ? sizeof(ga_row_t) : offsetof(ga_row_t, sc_hi); }
 /* Decoded row i of a buffer of such rows. */
-KQ_INLINE ga_row_t *ga_row(ga_row_t *base, int64_t i, const int q6) {
+TERN_INLINE ga_row_t *ga_row(ga_row_t *base, int64_t i, const int q6) {
     return (ga_row_t *)((char *)base + (size_t)i * ga_row_bytes(q6));
 }
-KQ_INLINE const ga_row_t *ga_crow(const ga_row_t *base, int64_t i, const int q6) {
+TERN_INLINE const ga_row_t *ga_crow(const ga_row_t *base, int64_t i, const int q6) {
     return (const ga_row_t *)((const char *)base + (size_t)i * ga_row_bytes(q6));
 }
-KQ_INLINE const uint32_t *ga_sc(const ga_row_t *o, int j) { return j < 8 ? &o->sc[j] : &o->sc_hi[j - 8]; }
+TERN_INLINE const uint32_t *ga_sc(const ga_row_t *o, int j) { return j < 8 ? &o->sc[j] : &o->sc_hi[j - 8]; }
 
-KQ_INLINE size_t ga_group_size(int64_t k, const int q6) {
+TERN_INLINE size_t ga_group_size(int64_t k, const int q6) {
     if (k <= 0 || k % QK_K) return 0;
     const uint64_t nb = (uint64_t)(k / QK_K);
     if (nb > SIZE_MAX / (GA_HALVES * GA_ACT_SB_MAX)) return 0;
@@ -530,7 +529,7 @@ static size_t ga_scratch_size(int64_t k) {
  *                S_2i+1) of column c as int16, S_j = bsums[2j] + bsums[2j+1];
  *   [ga_act_d]   the 8 columns' da (then 32 zero bytes).
  * Missing columns are zeros. */
-KQ_INLINE void ga_prep(int64_t k, const void *xav, size_t st, int ncols, void *xgv, const int q6) {
+TERN_INLINE void ga_prep(int64_t k, const void *xav, size_t st, int ncols, void *xgv, const int q6) {
     TERN_CHECK(k % QK_K == 0 && ncols >= 1 && ncols <= KERN_GEMM_GROUP);
     const char *xa = xav;
     const int64_t nb = k / QK_K;
@@ -591,7 +590,7 @@ KQ_INLINE void ga_prep(int64_t k, const void *xav, size_t st, int ncols, void *x
 static void ga_prep_affine(int64_t k, const void *xa, size_t st, int ncols, void *xg) { ga_prep(k, xa, st, ncols, xg, 0); }
 static void ga_prep_q6(int64_t k, const void *xa, size_t st, int ncols, void *xg) { ga_prep(k, xa, st, ncols, xg, 1); }
 
-KQ_INLINE int32_t hsum_epi32_256(__m256i v) {
+TERN_INLINE int32_t hsum_epi32_256(__m256i v) {
     __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4E));
     x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xB1));
@@ -600,7 +599,7 @@ KQ_INLINE int32_t hsum_epi32_256(__m256i v) {
 
 /* One Q4_K (q5 = 0) / Q5_K block into o: the unpacking of affine_row,
  * stored in natural order. */
-KQ_INLINE void ga_decode_affine(const void *blk, ga_row_t *o, const int q5) {
+TERN_INLINE void ga_decode_affine(const void *blk, ga_row_t *o, const int q5) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), b4 = _mm256_set1_epi8(0x10);
     const uint8_t *scales, *qs, *qhp = NULL;
     fp16_t hd, hm;
@@ -636,7 +635,7 @@ KQ_INLINE void ga_decode_affine(const void *blk, ga_row_t *o, const int q5) {
 }
 
 /* One Q6_K block into o: the unpacking of q6k_block, minus 32. */
-KQ_INLINE void ga_decode_q6(const block_q6_K *w, ga_row_t *o) {
+TERN_INLINE void ga_decode_q6(const block_q6_K *w, ga_row_t *o) {
     const __m256i m32 = _mm256_set1_epi8(32), ones = _mm256_set1_epi16(1);
     const __m128i s8 = _mm_loadu_si128((const __m128i *)w->scales);
     const __m256i B = _mm256_broadcastsi128_si256(s8);
@@ -673,7 +672,7 @@ KQ_INLINE void ga_decode_q6(const block_q6_K *w, ga_row_t *o) {
     o->pad = 0;
 }
 
-KQ_INLINE __m256i bcast32(const void *p) {
+TERN_INLINE __m256i bcast32(const void *p) {
     int32_t v;
     memcpy(&v, p, 4);
     return _mm256_set1_epi32(v);
@@ -681,7 +680,7 @@ KQ_INLINE __m256i bcast32(const void *p) {
 
 /* maddubs of 4-byte slices: Q6_K activations + 128 (unsigned) x weights q - 32
  * (signed); Q4_K / Q5_K weights (unsigned) x activations (signed). */
-KQ_INLINE __m256i ga_mul(__m256i a, __m256i w, const int q6) {
+TERN_INLINE __m256i ga_mul(__m256i a, __m256i w, const int q6) {
     return q6 ? _mm256_maddubs_epi16(a, w) : _mm256_maddubs_epi16(w, a);
 }
 
@@ -692,7 +691,7 @@ KQ_INLINE __m256i ga_mul(__m256i a, __m256i w, const int q6) {
  * of the activations with the row's weight dword broadcast (one broadcast
  * serves both halves), summed in int16 along the run, then madd with the
  * scale pair into T. */
-KQ_INLINE void ga_kernel(const ga_row_t *pw, const uint8_t *x, size_t xh, int64_t nb, float *st, size_t hs,
+TERN_INLINE void ga_kernel(const ga_row_t *pw, const uint8_t *x, size_t xh, int64_t nb, float *st, size_t hs,
                          int first, const int fmt, const int nh) {
     /* k-slices per run / per sub-block */
     const int q6 = fmt == 2, ks = fmt == 0 ? 8 : fmt == 1 ? 4 : 2, sub = q6 ? 4 : 8;
@@ -783,7 +782,6 @@ GA_KERNELS(2, q6)
 
 /* ---- AVX-VNNI GEMM kernels (target "avxvnni") ------------------------------------ */
 
-#define GV_FN static inline __attribute__((always_inline, target("avxvnni")))
 #define GV_DEF __attribute__((target("avxvnni"))) static
 
 /* Q4_K / Q5_K layout (gv_prep_affine): as ga_prep's, but the 64 vectors of a
@@ -842,7 +840,7 @@ static void gv_prep_affine(int64_t k, const void *xav, size_t st, int ncols, voi
     }
 }
 
-KQ_INLINE __m256i bcast64(const void *p) {
+TERN_INLINE __m256i bcast64(const void *p) {
     int64_t v;
     memcpy(&v, p, 8);
     return _mm256_set1_epi64x(v);
@@ -857,7 +855,7 @@ KQ_INLINE __m256i bcast64(const void *p) {
  * groups' X (exact: the bound) puts a column's two sums in one dword, lane
  * d = column gv_perm[d]; T = dpwssd(T, that, scale pair). Then M by dpwssd
  * of the mins pairs with the S vectors and the float chain, as ga_kernel. */
-GV_FN void gv_kernel(const ga_row_t *pw, const uint8_t *x, size_t xh, int64_t nb, float *st, size_t hs, int first,
+TERN_INLINE_TARGET("avxvnni") void gv_kernel(const ga_row_t *pw, const uint8_t *x, size_t xh, int64_t nb, float *st, size_t hs, int first,
                      const int q5, const int nh) {
     const int run = q5 ? 2 : 4;
     const size_t sb = ga_act_sb(0), od = ga_act_d(0);
@@ -914,7 +912,7 @@ GV_FN void gv_kernel(const ga_row_t *pw, const uint8_t *x, size_t xh, int64_t nb
 
 /* Q6_K: ga_kernel's (the same layout and runs) with the scale step fused:
  * T = dpwssd(T, run sum, scale pair) for T + madd. */
-GV_FN void gv_kernel_q6(const ga_row_t *pw, const uint8_t *x, size_t xh, int64_t nb, float *st, size_t hs, int first,
+TERN_INLINE_TARGET("avxvnni") void gv_kernel_q6(const ga_row_t *pw, const uint8_t *x, size_t xh, int64_t nb, float *st, size_t hs, int first,
                         const int nh) {
     const size_t sb = ga_act_sb(1), od = ga_act_d(1);
     __m256 acc[GA_HALVES][GA_R];
@@ -987,7 +985,7 @@ GV_KERNELS(q5, gv_kernel(pw, x, xh, nb, st, hs, first, 1, nh))
 GV_KERNELS(q6, gv_kernel_q6(pw, x, xh, nb, st, hs, first, nh))
 
 /* 8 x 8 floats: v[i] = row i -> v[c] = column c. */
-KQ_INLINE void ga_transpose8(__m256 v[8]) {
+TERN_INLINE void ga_transpose8(__m256 v[8]) {
     __m256 t[8], u[8];
 #pragma GCC unroll 4
     for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]), t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
@@ -1007,7 +1005,7 @@ KQ_INLINE void ga_transpose8(__m256 v[8]) {
  * (L2), k-chunks (a group's chunk in L1), then groups, panels (both halves
  * of a group at once); the float chains wait in scratch between chunks,
  * [group][half][row][8 columns], and go out by 8 x 8 transposes. */
-KQ_INLINE void ga_run(const kern_gemm_args_t *a, const void *wv, size_t row_bytes, int64_t nrows, float *y,
+TERN_INLINE void ga_run(const kern_gemm_args_t *a, const void *wv, size_t row_bytes, int64_t nrows, float *y,
                       int64_t ldy, void *scratch, const int fmt, const int vnni) {
     TERN_CHECK(a->k % QK_K == 0 && a->xg != NULL && scratch != NULL);
     const int64_t nb = a->k / QK_K, ngroups = (a->n + KERN_GEMM_GROUP - 1) / KERN_GEMM_GROUP;
@@ -1113,7 +1111,7 @@ static const kern_gemm_t g_gemm_q6k_vnni = {ga_group_size_q6, ga_prep_q6, ga_scr
 
 /* One block's 256 quants, x * id rounded to nearest even, clamped to
  * [-127, 127] first when clamp; without: returns 0 if a byte is -128. */
-KQ_INLINE int act_block(const float *xb, __m256 id, __m256i q[8], const int clamp) {
+TERN_INLINE int act_block(const float *xb, __m256 id, __m256i q[8], const int clamp) {
     const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     __m256i mn = _mm256_set1_epi8(127);

@@ -96,25 +96,25 @@
  * 2^29, the correction likewise.
  */
 #include "core/common.h"
+#include "kernels/inline.h"
 #include "kernels/kquant.h"
 #include "kernels/prefetch.h"
 
 #include <immintrin.h>
 #include <stddef.h>
 
-#define KQ_INLINE static inline __attribute__((always_inline))
 
-KQ_INLINE __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
-KQ_INLINE __m128i loadu128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
-KQ_INLINE __m512i loadu512(const void *p) { return _mm512_loadu_si512(p); }
+TERN_INLINE __m256i loadu256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+TERN_INLINE __m128i loadu128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
+TERN_INLINE __m512i loadu512(const void *p) { return _mm512_loadu_si512(p); }
 /* 32 bytes into both halves of a zmm */
-KQ_INLINE __m512i bcast256(const void *p) { return _mm512_broadcast_i64x4(loadu256(p)); }
+TERN_INLINE __m512i bcast256(const void *p) { return _mm512_broadcast_i64x4(loadu256(p)); }
 /* lo in the low 256 bits, hi in the high 256 bits */
-KQ_INLINE __m512i halves(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+TERN_INLINE __m512i halves(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 /* a | (b & c), bitwise */
-KQ_INLINE __m512i or_and(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylogic_epi32(a, b, c, 0xF8); }
+TERN_INLINE __m512i or_and(__m512i a, __m512i b, __m512i c) { return _mm512_ternarylogic_epi32(a, b, c, 0xF8); }
 
-KQ_INLINE const block_q8_K *act_at(const char *xa, size_t st, int c, int64_t b) {
+TERN_INLINE const block_q8_K *act_at(const char *xa, size_t st, int c, int64_t b) {
     return (const block_q8_K *)(xa + (size_t)c * st) + b;
 }
 
@@ -132,21 +132,21 @@ typedef union {
  * column i. nc == 2: group g holds rows 2g, 2g+1 (slot i: row 2g + (i & 1),
  * column i >> 1). Slots past the tile are computed on duplicated rows and
  * never stored. */
-KQ_INLINE int slot_row(const int nr, const int nc, int g, int i) {
+TERN_INLINE int slot_row(const int nr, const int nc, int g, int i) {
     return nc == 1 ? i : nr == 1 ? 0 : 2 * g + (i & 1);
 }
-KQ_INLINE int slot_col(const int nr, const int nc, int g, int i) {
+TERN_INLINE int slot_col(const int nr, const int nc, int g, int i) {
     (void)g;
     return nc == 1 ? 0 : nr == 1 ? i : i >> 1;
 }
-KQ_INLINE int slot_ok(const int nr, const int nc, int g, int i) {
+TERN_INLINE int slot_ok(const int nr, const int nc, int g, int i) {
     return slot_row(nr, nc, g, i) < nr && slot_col(nr, nc, g, i) < nc;
 }
 #define KQ_GROUPS(nr, nc) (((nr) * (nc) + 3) / 4)
 
 /* Per-128-bit-lane sums of 4 vectors: lane i of the result holds 4 int32
  * partial sums whose total is the total of t_i. */
-KQ_INLINE __m512i reduce4(__m512i t0, __m512i t1, __m512i t2, __m512i t3) {
+TERN_INLINE __m512i reduce4(__m512i t0, __m512i t1, __m512i t2, __m512i t3) {
     const __m512i a01 = _mm512_add_epi32(_mm512_shuffle_i64x2(t0, t1, 0x44), _mm512_shuffle_i64x2(t0, t1, 0xEE));
     const __m512i a23 = _mm512_add_epi32(_mm512_shuffle_i64x2(t2, t3, 0x44), _mm512_shuffle_i64x2(t2, t3, 0xEE));
     return _mm512_add_epi32(_mm512_shuffle_i64x2(a01, a23, 0x88), _mm512_shuffle_i64x2(a01, a23, 0xDD));
@@ -202,7 +202,7 @@ static const v512_t g_q5_rot[2][2] = {{{.d = {ROT_HALVES(0, 2)}}, {.d = {ROT_HAL
 
 /* Unpacked weights of one row of a Q4_K/Q5_K block: q[2h] = lo, q[2h+1] = hi
  * of half h, as above. qh: NULL for Q4_K. */
-KQ_INLINE void affine_unpack(const uint8_t *qs, const uint8_t *qh, __m512i q[4]) {
+TERN_INLINE void affine_unpack(const uint8_t *qs, const uint8_t *qh, __m512i q[4]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
     const __m512i QH = qh ? bcast256(qh) : _mm512_setzero_si512();
 #pragma GCC unroll 2
@@ -233,7 +233,7 @@ static const v512_t g_q4n_sidx[4][2] = {{Q4N_IDX(0, 0), Q4N_IDX(0, 1)},
 static const v512_t g_q5n_rot[4] = {{.d = {ROT_HALVES(0, 1)}}, {.d = {ROT_HALVES(2, 3)}},
                                     {.d = {ROT_HALVES(4, 5)}}, {.d = {ROT_HALVES(6, 7)}}};
 
-KQ_INLINE void affine_unpack_nat(const uint8_t *qs, const uint8_t *qh, __m512i q[4]) {
+TERN_INLINE void affine_unpack_nat(const uint8_t *qs, const uint8_t *qh, __m512i q[4]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
     const __m512i shift = halves(_mm256_setzero_si256(), _mm256_set1_epi16(4)); /* nibble: low | high */
     const __m512i QH = qh ? bcast256(qh) : _mm512_setzero_si512();
@@ -246,7 +246,7 @@ KQ_INLINE void affine_unpack_nat(const uint8_t *qs, const uint8_t *qh, __m512i q
 
 /* nr rows (at any addresses) x nc columns of Q4_K (q5 = 0) or Q5_K (q5 = 1),
  * read in lockstep: out[r * nc + c]. */
-KQ_INLINE void affine_tile(int64_t nb, const void *const *wr, const int nr, const char *xa, size_t st, const int nc,
+TERN_INLINE void affine_tile(int64_t nb, const void *const *wr, const int nr, const char *xa, size_t st, const int nc,
                            float *out, const int q5) {
     const size_t bsz = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
     const size_t qs_off = q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
@@ -402,7 +402,7 @@ static const v512_t g_q6_sidx[4][2] = {{Q6S_IDX(0, 0), Q6S_IDX(0, 1)},
                                        {Q6S_IDX(2, 0), Q6S_IDX(2, 1)},
                                        {Q6S_IDX(3, 0), Q6S_IDX(3, 1)}};
 
-KQ_INLINE void q6k_unpack(const block_q6_K *w, __m512i q[4]) {
+TERN_INLINE void q6k_unpack(const block_q6_K *w, __m512i q[4]) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     /* (qh >> 2i) & 3 to bits 4..5: i = 0 | 1 via left shifts 4 | 2, i = 2 | 3 via right shifts 0 | 2 */
     const __m512i sh01 = halves(_mm256_set1_epi16(4), _mm256_set1_epi16(2));
@@ -416,7 +416,7 @@ KQ_INLINE void q6k_unpack(const block_q6_K *w, __m512i q[4]) {
     }
 }
 
-KQ_INLINE void q6k_tile(int64_t nb, const void *const *wr, const int nr, const char *xa, size_t st, const int nc,
+TERN_INLINE void q6k_tile(int64_t nb, const void *const *wr, const int nr, const char *xa, size_t st, const int nc,
                         float *out, const int unused) {
     (void)unused;
     const int ng = KQ_GROUPS(nr, nc);
@@ -606,7 +606,7 @@ static size_t gq_scratch_size(int64_t k) {
 }
 
 /* 16 x 16 transpose of dwords: out[i] dword c = in[c] dword i. */
-KQ_INLINE void transpose16(__m512i r[16]) {
+TERN_INLINE void transpose16(__m512i r[16]) {
     __m512i t[16], u[16];
 #pragma GCC unroll 8
     for (int p = 0; p < 8; p++) {
@@ -670,7 +670,7 @@ static void gq_prep(int64_t k, const void *xav, size_t st, int ncols, void *xgv)
 }
 
 /* sum of the 16 int32 lanes (exact) */
-KQ_INLINE int32_t hsum_epi32(__m512i v) {
+TERN_INLINE int32_t hsum_epi32(__m512i v) {
     __m256i s = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
     __m128i x = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
     x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4E));
@@ -741,18 +741,18 @@ static void gq_decode_q6(const block_q6_K *w, gq_row_t *o) {
  * in the instruction (one fused uop; compilers load it separately). dp0
  * starts from a zero it makes itself (a zero idiom, no copy of a shared
  * zero register). */
-KQ_INLINE __m512i dp_bcast(__m512i acc, __m512i a, const void *p) {
+TERN_INLINE __m512i dp_bcast(__m512i acc, __m512i a, const void *p) {
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*(const int32_t *)p));
     return acc;
 }
-KQ_INLINE __m512i dp0_bcast(__m512i a, const void *p) {
+TERN_INLINE __m512i dp0_bcast(__m512i a, const void *p) {
     __m512i acc;
     __asm__("vpxord %0, %0, %0\n\tvpdpbusd %2%{1to16%}, %1, %0" : "=&v"(acc) : "v"(a), "m"(*(const int32_t *)p));
     return acc;
 }
 /* t + d * (the int32 at p), in place (one asm block, so that the add
  * stays next to its multiply and t stays in a register) */
-KQ_INLINE __m512i muladd_bcast(__m512i t, __m512i d, const int32_t *p) {
+TERN_INLINE __m512i muladd_bcast(__m512i t, __m512i d, const int32_t *p) {
     __asm__("vpmulld %2%{1to16%}, %1, %1\n\tvpaddd %1, %0, %0" : "+v"(t), "+v"(d) : "m"(*p));
     return t;
 }
@@ -765,7 +765,7 @@ KQ_INLINE __m512i muladd_bcast(__m512i t, __m512i d, const int32_t *p) {
  * sub-blocks of 16 (4 k-slices each, in order, no mins); else Q4_K/Q5_K's
  * 8 sub-blocks of 32 (8 k-slices each, stored in gq_sub order, with mins).
  * Inlined with a constant q6 into the two kernels below. */
-KQ_INLINE void gq_kernel(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first,
+TERN_INLINE void gq_kernel(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first,
                          const bool q6) {
     const int units = q6 ? 16 : 8, slices = q6 ? 4 : 8; /* per unit: 4 * slices weight bytes */
     __m512 acc[GQ_R];
@@ -878,7 +878,7 @@ static void gq_run_small(const kern_gemm_args_t *a, const char *w, size_t row_by
  * the activations (GQ_KC * GQ_ACT_SB bytes) stay in L1 while every panel of
  * the row block passes over them; the float chains wait in scratch between
  * chunks (stored and reloaded exactly). */
-KQ_INLINE void gq_run(const kern_gemm_args_t *a, const void *wv, size_t row_bytes, int64_t nrows, float *y,
+TERN_INLINE void gq_run(const kern_gemm_args_t *a, const void *wv, size_t row_bytes, int64_t nrows, float *y,
                       int64_t ldy, void *scratch, const int fmt) {
     TERN_CHECK(a->k % QK_K == 0 && a->xg != NULL && scratch != NULL);
     if (a->n <= (fmt == GQ_Q6K ? GQ_SMALL_N6 : GQ_SMALL_N)) {

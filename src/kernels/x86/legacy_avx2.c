@@ -153,37 +153,46 @@
 
 enum { FMT_Q4_0, FMT_Q4_1, FMT_Q5_0, FMT_Q5_1, FMT_Q8_0 };
 
-_Static_assert(sizeof(block_q4_0) == 18 && offsetof(block_q4_0, qs) == 2, "q4_0");
-_Static_assert(sizeof(block_q4_1) == 20 && offsetof(block_q4_1, m) == 2 && offsetof(block_q4_1, qs) == 4, "q4_1");
-_Static_assert(sizeof(block_q5_0) == 22 && offsetof(block_q5_0, qh) == 2 && offsetof(block_q5_0, qs) == 6, "q5_0");
-_Static_assert(sizeof(block_q5_1) == 24 && offsetof(block_q5_1, m) == 2 && offsetof(block_q5_1, qh) == 4 &&
-                   offsetof(block_q5_1, qs) == 8,
-               "q5_1");
-_Static_assert(sizeof(block_q8_0) == 34 && offsetof(block_q8_0, qs) == 2, "q8_0");
+/* The kernels read d at offset 0 and m (the min formats) at offset 2. */
+_Static_assert(offsetof(block_q4_0, d) == 0 && offsetof(block_q5_0, d) == 0 && offsetof(block_q8_0, d) == 0 &&
+                   offsetof(block_q4_1, d) == 0 && offsetof(block_q5_1, d) == 0,
+               "d first");
+_Static_assert(offsetof(block_q4_1, m) == 2 && offsetof(block_q5_1, m) == 2, "m after d");
 
 /* Block bytes; offset of qs, of qh (Q5 only); a min (m at offset 2);
  * log2 of the weight offset (Q4_0: 8, Q5_0: 16; 0: none). d is at 0. */
-ALWAYS_INLINE size_t f_bsz(int f) {
-    return f == FMT_Q4_0 ? 18 : f == FMT_Q4_1 ? 20 : f == FMT_Q5_0 ? 22 : f == FMT_Q5_1 ? 24 : 34;
+TERN_INLINE size_t f_bsz(int f) {
+    return f == FMT_Q4_0   ? sizeof(block_q4_0)
+           : f == FMT_Q4_1 ? sizeof(block_q4_1)
+           : f == FMT_Q5_0 ? sizeof(block_q5_0)
+           : f == FMT_Q5_1 ? sizeof(block_q5_1)
+                           : sizeof(block_q8_0);
 }
-ALWAYS_INLINE size_t f_qs(int f) {
-    return f == FMT_Q4_1 ? 4 : f == FMT_Q5_0 ? 6 : f == FMT_Q5_1 ? 8 : 2;
+TERN_INLINE size_t f_qs(int f) {
+    return f == FMT_Q4_1   ? offsetof(block_q4_1, qs)
+           : f == FMT_Q5_0 ? offsetof(block_q5_0, qs)
+           : f == FMT_Q5_1 ? offsetof(block_q5_1, qs)
+           : f == FMT_Q4_0 ? offsetof(block_q4_0, qs)
+                           : offsetof(block_q8_0, qs);
 }
-ALWAYS_INLINE size_t f_qh(int f) {
-    return f == FMT_Q5_0 ? 2 : 4;
+/* Q8_0: where quants 0..15 and 16..31 start. */
+#define Q8_0_QS offsetof(block_q8_0, qs)
+#define Q8_0_QS_HI (Q8_0_QS + 16)
+TERN_INLINE size_t f_qh(int f) {
+    return f == FMT_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh);
 }
-ALWAYS_INLINE bool f_q5(int f) {
+TERN_INLINE bool f_q5(int f) {
     return f == FMT_Q5_0 || f == FMT_Q5_1;
 }
-ALWAYS_INLINE bool f_min(int f) {
+TERN_INLINE bool f_min(int f) {
     return f == FMT_Q4_1 || f == FMT_Q5_1;
 }
-ALWAYS_INLINE int f_sh(int f) {
+TERN_INLINE int f_sh(int f) {
     return f == FMT_Q4_0 ? 3 : f == FMT_Q5_0 ? 4 : 0;
 }
 
 /* The fp16 at p as a float broadcast (a table read: pure loads). */
-ALWAYS_INLINE __m256 lut_bcast(const uint8_t *p) {
+TERN_INLINE __m256 lut_bcast(const uint8_t *p) {
     uint16_t h;
     memcpy(&h, p, sizeof(h));
     return _mm256_broadcast_ss(LUT(h));
@@ -191,7 +200,7 @@ ALWAYS_INLINE __m256 lut_bcast(const uint8_t *p) {
 
 /* Two 16-byte pieces: lane 0 from p, lane 1 from p + bsz (the same field
  * of the next block): one load and one insert from memory (no shuffle). */
-ALWAYS_INLINE __m256i load2x16(const uint8_t *p, size_t bsz) {
+TERN_INLINE __m256i load2x16(const uint8_t *p, size_t bsz) {
     return _mm256_loadu2_m128i((const __m128i *)(p + bsz), (const __m128i *)p);
 }
 
@@ -200,7 +209,7 @@ ALWAYS_INLINE __m256i load2x16(const uint8_t *p, size_t bsz) {
  * would give, without making one: a copy stored just before these loads
  * misses store forwarding on every one of them). n is a constant 2 in the
  * main loops. */
-ALWAYS_INLINE __m256i load2x16_n(const uint8_t *p, size_t bsz, int n) {
+TERN_INLINE __m256i load2x16_n(const uint8_t *p, size_t bsz, int n) {
     if (n >= 2) return load2x16(p, bsz);
     if (n == 1) return _mm256_inserti128_si256(_mm256_setzero_si256(), _mm_loadu_si128((const __m128i *)p), 0);
     return _mm256_setzero_si256();
@@ -218,7 +227,7 @@ typedef struct {
 
 /* Byte e of each lane: 0xFF when bit e + 16 * half of that lane's qh (its
  * dword 0) is set. */
-ALWAYS_INLINE __m256i qh_mask(__m256i h, int half) {
+TERN_INLINE __m256i qh_mask(__m256i h, int half) {
     const __m256i sel = half ? _mm256_setr_epi64x(0x0202020202020202, 0x0303030303030303, 0x0202020202020202,
                                                   0x0303030303030303)
                              : _mm256_setr_epi64x(0, 0x0101010101010101, 0, 0x0101010101010101);
@@ -228,12 +237,12 @@ ALWAYS_INLINE __m256i qh_mask(__m256i h, int half) {
 }
 
 /* n: how many of the two blocks exist (2, or 0..1 in a partial group). */
-ALWAYS_INLINE wpair_t wdec(const uint8_t *p, int f, int n) {
+TERN_INLINE wpair_t wdec(const uint8_t *p, int f, int n) {
     const size_t bs = f_bsz(f);
     wpair_t w;
     if (f == FMT_Q8_0) {
-        w.slo = load2x16_n(p + 2, bs, n);
-        w.shi = load2x16_n(p + 18, bs, n);
+        w.slo = load2x16_n(p + Q8_0_QS, bs, n);
+        w.shi = load2x16_n(p + Q8_0_QS_HI, bs, n);
         w.lo = _mm256_abs_epi8(w.slo); /* -128 reads as unsigned 128 */
         w.hi = _mm256_abs_epi8(w.shi);
         return w;
@@ -260,7 +269,7 @@ ALWAYS_INLINE wpair_t wdec(const uint8_t *p, int f, int n) {
  * maddubs outputs of q <= 31 times |a| <= 127 (4 * 31 * 127 < 2^15); Q8_0's
  * |w| <= 128 against |a| <= 127 fills one maddubs (2 * 128 * 127 < 2^15),
  * so its two halves are widened separately. */
-ALWAYS_INLINE __m256i pair_int(const wpair_t *w, const char *g, int j, int f) {
+TERN_INLINE __m256i pair_int(const wpair_t *w, const char *g, int j, int f) {
     const __m256i alo = _mm256_loadu_si256((const __m256i *)(g + LEGACY_OFF_LO + 32 * j));
     const __m256i ahi = _mm256_loadu_si256((const __m256i *)(g + LEGACY_OFF_HI + 32 * j));
     const __m256i ones = _mm256_set1_epi16(1);
@@ -284,7 +293,7 @@ ALWAYS_INLINE __m256i pair_int(const wpair_t *w, const char *g, int j, int f) {
 /* Transposing reduction (9 uops): lane i of 128-bit lane L of the result
  * = the sum of the four dwords of lane L of p_i. With (P01u, P01v, P23u,
  * P23v) (Pxy = a unit's pair_int of blocks x, y): the unit-pair order. */
-ALWAYS_INLINE __m256i treduce4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
+TERN_INLINE __m256i treduce4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
     const __m256i u01 = _mm256_add_epi32(_mm256_unpacklo_epi32(p0, p1), _mm256_unpackhi_epi32(p0, p1));
     const __m256i u23 = _mm256_add_epi32(_mm256_unpacklo_epi32(p2, p3), _mm256_unpackhi_epi32(p2, p3));
     return _mm256_add_epi32(_mm256_unpacklo_epi64(u01, u23), _mm256_unpackhi_epi64(u01, u23));
@@ -292,21 +301,21 @@ ALWAYS_INLINE __m256i treduce4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
 
 /* One row's fp16 field at byte off of blocks 0..3 (group at p):
  * [b0, b0, b2, b2 | b1, b1, b3, b3]; blocks past the first nblk read 0. */
-ALWAYS_INLINE __m256 wsc_blk(const uint8_t *p, size_t bs, size_t off, int j, int nblk) {
+TERN_INLINE __m256 wsc_blk(const uint8_t *p, size_t bs, size_t off, int j, int nblk) {
     return j < nblk ? lut_bcast(p + (size_t)j * bs + off) : _mm256_setzero_ps();
 }
-ALWAYS_INLINE __m256 wsc(const uint8_t *p, size_t bs, size_t off, int nblk) {
+TERN_INLINE __m256 wsc(const uint8_t *p, size_t bs, size_t off, int nblk) {
     const __m256 s01 = _mm256_blend_ps(wsc_blk(p, bs, off, 0, nblk), wsc_blk(p, bs, off, 1, nblk), 0xF0);
     const __m256 s23 = _mm256_blend_ps(wsc_blk(p, bs, off, 2, nblk), wsc_blk(p, bs, off, 3, nblk), 0xF0);
     return _mm256_blend_ps(s01, s23, 0xCC);
 }
 
 /* One column's d and s of the act group g, in the same lanes. */
-ALWAYS_INLINE __m256 act_d4(const char *g) {
+TERN_INLINE __m256 act_d4(const char *g) {
     return _mm256_blend_ps(_mm256_loadu_ps((const float *)(g + LEGACY_OFF_DEXP)),
                            _mm256_loadu_ps((const float *)(g + LEGACY_OFF_DEXP + 32)), 0xCC);
 }
-ALWAYS_INLINE __m256 act_s4(const char *g) {
+TERN_INLINE __m256 act_s4(const char *g) {
     /* sexp: s_j in lane 4j, zeros elsewhere */
     return _mm256_shuffle_ps(_mm256_loadu_ps((const float *)(g + LEGACY_OFF_NSUM)),
                              _mm256_loadu_ps((const float *)(g + LEGACY_OFF_NSUM + 32)), 0);
@@ -314,14 +323,14 @@ ALWAYS_INLINE __m256 act_s4(const char *g) {
 
 /* The unit pair's float step: acc = fma(float(I), d_w * d_a, acc), then
  * for the min formats acc = fma(m_w, s_a, acc). */
-ALWAYS_INLINE __m256 unit_step(__m256 acc, __m256i i, __m256 dw, __m256 da, __m256 mw, __m256 sa, int f) {
+TERN_INLINE __m256 unit_step(__m256 acc, __m256i i, __m256 dw, __m256 da, __m256 mw, __m256 sa, int f) {
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(dw, da), acc);
     if (f_min(f)) acc = _mm256_fmadd_ps(mw, sa, acc);
     return acc;
 }
 
 /* Lane 0: u's (acc_0 + acc_2) + (acc_1 + acc_3), lane 1: v's. */
-ALWAYS_INLINE __m128 unit_final(__m256 a) {
+TERN_INLINE __m128 unit_final(__m256 a) {
     __m128 lo = _mm256_castps256_ps128(a), hi = _mm256_extractf128_ps(a, 1);
     lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
     hi = _mm_add_ps(hi, _mm_movehl_ps(hi, hi));
@@ -332,7 +341,7 @@ ALWAYS_INLINE __m128 unit_final(__m256 a) {
  * column c's; the first nblk blocks of the weight groups exist, 4 but in a
  * row's last group). One column: unit pairs are row pairs (r, r+1);
  * several: column pairs (c, c+1) of each row. acc[] in that order. */
-ALWAYS_INLINE void tile_grp(const uint8_t *const *wg, int nr, const char *const *ag, int nc, int f, int nblk,
+TERN_INLINE void tile_grp(const uint8_t *const *wg, int nr, const char *const *ag, int nc, int f, int nblk,
                             __m256 *acc) {
     const size_t bs = f_bsz(f);
     const __m256 z = _mm256_setzero_ps();
@@ -377,7 +386,7 @@ ALWAYS_INLINE void tile_grp(const uint8_t *const *wg, int nr, const char *const 
 /* nr rows (w[r]) x nc columns: out[r * nc + c]. Groups of four blocks; a
  * partial last group reads as zero-padded (its padded blocks add
  * fma(0, 0, acc): no change, see the header). */
-ALWAYS_INLINE void blk_tile(int64_t k, const uint8_t *const *w, const int nr, const char *xa, size_t st, const int nc,
+TERN_INLINE void blk_tile(int64_t k, const uint8_t *const *w, const int nr, const char *xa, size_t st, const int nc,
                             float *out, const int f) {
     TERN_CHECK(k % QK == 0);
     TERN_CHECK(legacy_fp16_lut[0x3c00] == 1.0f); /* legacy_lut_init ran */
@@ -419,11 +428,11 @@ ALWAYS_INLINE void blk_tile(int64_t k, const uint8_t *const *w, const int nr, co
 }
 
 #define BLK_KERNELS(name, F)                                                                                 \
-    ALWAYS_INLINE void name##_cols(int64_t k, const void *w, const char *xa, size_t st, int nc, float *out) { \
+    TERN_INLINE void name##_cols(int64_t k, const void *w, const char *xa, size_t st, int nc, float *out) { \
         const uint8_t *wr[1] = {(const uint8_t *)w};                                                         \
         blk_tile(k, wr, 1, xa, st, nc, out, F);                                                              \
     }                                                                                                        \
-    ALWAYS_INLINE void name##_rows(int64_t k, const void *const *w, int nr, const char *xa, size_t st, int nc,  \
+    TERN_INLINE void name##_rows(int64_t k, const void *const *w, int nr, const char *xa, size_t st, int nc,  \
                                    float *out) {                                                             \
         blk_tile(k, (const uint8_t *const *)w, nr, xa, st, nc, out, F);                                      \
     }                                                                                                        \
@@ -476,13 +485,13 @@ BLK_KERNELS(q8_0, FMT_Q8_0)
  *   float d[16]
  * Columns past the last are zeros (computed on, never stored). */
 enum { GA_OFF_D = 512, GA_OFF_X = 576, GA_BYTES = 640, GA8_OFF_D = 1024, GA8_BYTES = 1088 };
-ALWAYS_INLINE size_t f_ga(int f, bool v) {
+TERN_INLINE size_t f_ga(int f, bool v) {
     return f == FMT_Q8_0 && !v ? GA8_BYTES : GA_BYTES;
 }
 /* Blocks per k-chunk: a chunk of one column group's activations (20 KB,
  * Q8_0: 17 KB) stays in L1 while the rows of a row block pass over it (the
  * accumulators are saved between chunks: exact). */
-ALWAYS_INLINE int64_t f_kc(int f, bool v) {
+TERN_INLINE int64_t f_kc(int f, bool v) {
     return f == FMT_Q8_0 && !v ? 16 : 32;
 }
 /* Bytes of decoded weight rows per row block (at least 4 rows): small
@@ -503,28 +512,28 @@ ALWAYS_INLINE int64_t f_kc(int f, bool v) {
  * times the sum of the column's 32 quants (int32) for the offset formats,
  * and its decoded rows hold 32 unsigned bytes per block. */
 #define VNNI_NT 3
-ALWAYS_INLINE int f_vsh(int f) {
+TERN_INLINE int f_vsh(int f) {
     return f == FMT_Q8_0 ? 7 : f_sh(f);
 }
 /* Plain: Q5_1 takes 2 rows, its int16 sums plus int32 partials would want
  * 16 registers at 4 rows (measured: 2 rows 1-2% faster). */
-ALWAYS_INLINE int64_t f_nt(int f, bool v) {
+TERN_INLINE int64_t f_nt(int f, bool v) {
     return v ? VNNI_NT : f == FMT_Q5_1 ? 2 : GEMM_NT;
 }
 
 /* A decoded row (run's scratch): per block f_dq bytes of quants in element
  * order (Q4 / Q5: q; Q8_0: w as int16), then float d[nb] and (min formats)
  * float m[nb]; rows 64-aligned. */
-ALWAYS_INLINE size_t f_dq(int f, bool v) {
+TERN_INLINE size_t f_dq(int f, bool v) {
     return f == FMT_Q8_0 && !v ? 64 : 32;
 }
-ALWAYS_INLINE size_t gemm_row_bytes(int64_t nb, int f, bool v) {
+TERN_INLINE size_t gemm_row_bytes(int64_t nb, int f, bool v) {
     return ((size_t)nb * (f_dq(f, v) + (f_min(f) ? 8 : 4)) + 63) & ~(size_t)63;
 }
 /* The VNNI GEMM's row blocks: the same panel bytes, in whole tiles of
  * VNNI_NT rows, at least two (a row block of 4 rows at k = 4096 would run
  * every other tile with one row). */
-ALWAYS_INLINE int64_t gemm_rows(int64_t k, int f, bool v) {
+TERN_INLINE int64_t gemm_rows(int64_t k, int f, bool v) {
     if (v) {
         int64_t rb = GEMM_PANEL_BYTES / (int64_t)gemm_row_bytes(k / QK, f, v);
         rb -= rb % VNNI_NT;
@@ -533,12 +542,12 @@ ALWAYS_INLINE int64_t gemm_rows(int64_t k, int f, bool v) {
     const int64_t rb = GEMM_PANEL_BYTES / (int64_t)gemm_row_bytes(k / QK, f, v);
     return rb < 4 ? 4 : rb > 64 ? 64 : rb;
 }
-ALWAYS_INLINE size_t gemm_scratch(int64_t k, int f, bool v) {
+TERN_INLINE size_t gemm_scratch(int64_t k, int f, bool v) {
     return (size_t)gemm_rows(k, f, v) * (gemm_row_bytes(k / QK, f, v) + GEMM_STATE);
 }
 
 /* Row w (nb blocks) decoded into dst. */
-ALWAYS_INLINE void gemm_dec_row(const uint8_t *w, int64_t nb, char *dst, int f, bool v) {
+TERN_INLINE void gemm_dec_row(const uint8_t *w, int64_t nb, char *dst, int f, bool v) {
     const size_t bs = f_bsz(f), dq = f_dq(f, v);
     float *d = (float *)(dst + (size_t)nb * dq), *m = d + nb;
     if (f == FMT_Q8_0 && v) { /* w + 128 as unsigned bytes */
@@ -546,8 +555,8 @@ ALWAYS_INLINE void gemm_dec_row(const uint8_t *w, int64_t nb, char *dst, int f, 
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *p = w + (size_t)b * bs;
             char *q = dst + (size_t)b * dq;
-            _mm_storeu_si128((__m128i *)q, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(p + 2)), flip));
-            _mm_storeu_si128((__m128i *)(q + 16), _mm_xor_si128(_mm_loadu_si128((const __m128i *)(p + 18)), flip));
+            _mm_storeu_si128((__m128i *)q, _mm_xor_si128(_mm_loadu_si128((const __m128i *)(p + Q8_0_QS)), flip));
+            _mm_storeu_si128((__m128i *)(q + 16), _mm_xor_si128(_mm_loadu_si128((const __m128i *)(p + Q8_0_QS_HI)), flip));
             uint16_t h;
             memcpy(&h, p, 2);
             d[b] = *LUT(h);
@@ -558,8 +567,8 @@ ALWAYS_INLINE void gemm_dec_row(const uint8_t *w, int64_t nb, char *dst, int f, 
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *p = w + (size_t)b * bs;
             char *q = dst + (size_t)b * dq;
-            _mm256_storeu_si256((__m256i *)q, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 2))));
-            _mm256_storeu_si256((__m256i *)(q + 32), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + 18))));
+            _mm256_storeu_si256((__m256i *)q, _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + Q8_0_QS))));
+            _mm256_storeu_si256((__m256i *)(q + 32), _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(p + Q8_0_QS_HI))));
             uint16_t h;
             memcpy(&h, p, 2);
             d[b] = *LUT(h);
@@ -584,7 +593,7 @@ ALWAYS_INLINE void gemm_dec_row(const uint8_t *w, int64_t nb, char *dst, int f, 
     }
 }
 
-ALWAYS_INLINE __m256i bcast32(const char *p) {
+TERN_INLINE __m256i bcast32(const char *p) {
     int32_t v;
     memcpy(&v, p, sizeof v);
     return _mm256_set1_epi32(v);
@@ -600,7 +609,7 @@ ALWAYS_INLINE __m256i bcast32(const char *p) {
  * products (k-slices 0..3, 4..7), each widened. Then one madd with ones.
  * Q8_0: per element pair, one madd of the int16 weight pair's broadcast
  * against the int16 acts, summed in int32. */
-ALWAYS_INLINE void gemm_int(const char *const *q, int nt, const char *xb, int f, __m256i i[GEMM_NT][2]) {
+TERN_INLINE void gemm_int(const char *const *q, int nt, const char *xb, int f, __m256i i[GEMM_NT][2]) {
     if (f == FMT_Q8_0) {
         _Pragma("GCC unroll 16") for (int p = 0; p < 16; p++) {
             const __m256i a0 = _mm256_loadu_si256((const __m256i *)(xb + 32 * p));
@@ -649,7 +658,7 @@ ALWAYS_INLINE void gemm_int(const char *const *q, int nt, const char *xb, int f,
  * accumulator acc_j of the block's chain j = b mod 4). Per (row, octet):
  * acc = fma(float(I), d_w * d_a, acc) (and the min FMA): the header's
  * float steps. */
-ALWAYS_INLINE void gemm_blk(const char *const *row, int nt, int64_t nb, int64_t b, const char *xb, int f,
+TERN_INLINE void gemm_blk(const char *const *row, int nt, int64_t nb, int64_t b, const char *xb, int f,
                             __m256 acc[GEMM_NT][2]) {
     const size_t dq = f_dq(f, false), od = f == FMT_Q8_0 ? GA8_OFF_D : GA_OFF_D;
     const char *q[GEMM_NT];
@@ -673,7 +682,7 @@ ALWAYS_INLINE void gemm_blk(const char *const *row, int nt, int64_t nb, int64_t 
  * accumulators (row r's acc[o][j] at st + 64r + 8(4o + j)). A one-row
  * tile keeps its 8 accumulators in registers over the chunk; larger ones
  * load and store them per block (in L1). */
-ALWAYS_INLINE void gemm_tile(const char *const *row, int nt, int64_t nb, int64_t b0, int64_t b1, const char *xg, int f,
+TERN_INLINE void gemm_tile(const char *const *row, int nt, int64_t nb, int64_t b0, int64_t b1, const char *xg, int f,
                              float *st) {
     const size_t ga = f_ga(f, false);
     if (nt == 1) {
@@ -715,11 +724,10 @@ ALWAYS_INLINE void gemm_tile(const char *const *row, int nt, int64_t nb, int64_t
  * ... of the k-chunk, increasing), so each (row, octet) accumulator acc_j
  * stays in a register over the chunk; each chain sees its blocks in the
  * same order as before, which is all the float order asks. */
-#define VNNI_INLINE static inline __attribute__((always_inline, target("avxvnni")))
 typedef void (*vnni_tile_fn)(const char *const *row, int nt, int64_t nb, int64_t b0, int64_t b1, const char *xg,
                              float *st);
 
-VNNI_INLINE void vnni_blk(const char *const *row, int nt, int64_t nb, int64_t b, const char *xb, int f,
+TERN_INLINE_TARGET("avxvnni") void vnni_blk(const char *const *row, int nt, int64_t nb, int64_t b, const char *xb, int f,
                           __m256 acc[VNNI_NT][2]) {
     const char *q[VNNI_NT];
     UNROLL_NT for (int r = 0; r < nt; r++) q[r] = row[r] + (size_t)b * 32;
@@ -757,7 +765,7 @@ VNNI_INLINE void vnni_blk(const char *const *row, int nt, int64_t nb, int64_t b,
 
 /* Blocks b0..b1-1 (b0 a multiple of 4) of a tile of nt rows, chain by
  * chain; st as in gemm_tile. */
-VNNI_INLINE void vnni_tile(const char *const *row, int nt, int64_t nb, int64_t b0, int64_t b1, const char *xg, int f,
+TERN_INLINE_TARGET("avxvnni") void vnni_tile(const char *const *row, int nt, int64_t nb, int64_t b0, int64_t b1, const char *xg, int f,
                            float *st) {
     for (int j = 0; j < 4 && b0 + j < b1; j++) {
         __m256 acc[VNNI_NT][2];
@@ -788,7 +796,7 @@ VNNI_TILE(q5_1, FMT_Q5_1)
 VNNI_TILE(q8_0, FMT_Q8_0)
 
 /* Bytes of one prep group; 0 for a bad k or on overflow. */
-ALWAYS_INLINE size_t gemm_group_bytes(int64_t k, size_t ga) {
+TERN_INLINE size_t gemm_group_bytes(int64_t k, size_t ga) {
     if (k <= 0 || k % QK) return 0;
     const uint64_t nb = (uint64_t)(k / QK);
     if (nb > SIZE_MAX / (16 * ga)) return 0;
@@ -802,7 +810,7 @@ static size_t gemm_group_size8(int64_t k) {
 }
 
 /* In-place transpose of an 8 x 8 matrix of dwords (r[i] = row i). */
-ALWAYS_INLINE void transpose8(__m256 r[8]) {
+TERN_INLINE void transpose8(__m256 r[8]) {
     __m256 t[8], u[8];
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
         t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
@@ -824,7 +832,7 @@ ALWAYS_INLINE void transpose8(__m256 r[8]) {
  * per octet the eight columns' [lo dwords | hi dwords] of the block,
  * transposed (k-slice t = elements 4t..4t+3 in dword c); Q8_0 weights: each
  * slice's byte pairs sign-extended (pairs 2t, 2t+1); then d and x. */
-ALWAYS_INLINE void gemm_prep(int64_t k, const void *xa, size_t st, int ncols, void *xg, int f, bool v) {
+TERN_INLINE void gemm_prep(int64_t k, const void *xa, size_t st, int ncols, void *xg, int f, bool v) {
     const int64_t nb = k / QK;
     const int sh = v ? f_vsh(f) : f_sh(f);
     const size_t ga = f_ga(f, v);
@@ -894,7 +902,7 @@ ALWAYS_INLINE void gemm_prep(int64_t k, const void *xa, size_t st, int ncols, vo
 
 /* Loop order: row blocks (decoded once) > column groups > k-chunks > row
  * tiles > blocks. */
-ALWAYS_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y,
+TERN_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y,
                             int64_t ldy, void *scratch, int f, vnni_tile_fn vtile) {
     TERN_CHECK(legacy_fp16_lut[0x3c00] == 1.0f);
     const bool v = vtile != NULL;
@@ -988,7 +996,7 @@ GEMM_FMT(q8_0_vnni, FMT_Q8_0, gemm_group_size, true, tile_q8_0_vnni)
  * round_q8x16, checked over all 2^32 patterns). The empty asm keeps the
  * product a rounded float: GCC (-ffp-contract=fast) could otherwise fuse
  * the multiply into the add. */
-ALWAYS_INLINE __m256i round_q8x8(__m256 x, __m256 id) {
+TERN_INLINE __m256i round_q8x8(__m256 x, __m256 id) {
     __m256 v = _mm256_mul_ps(x, id);
     __asm__("" : "+x"(v));
     const __m256 half = _mm256_or_ps(_mm256_and_ps(v, _mm256_set1_ps(-0.0f)), _mm256_set1_ps(0x1.fffffep-2f));
@@ -1009,7 +1017,7 @@ ALWAYS_INLINE __m256i round_q8x8(__m256 x, __m256 id) {
  * division for d, one for 1 / d). Every field is written once, by vector
  * stores into the row (a group built on the stack and copied out stalled
  * on store forwarding). */
-ALWAYS_INLINE void act_group(const float *x, int n, char *g, bool q81) {
+TERN_INLINE void act_group(const float *x, int n, char *g, bool q81) {
     const __m256 sign = _mm256_set1_ps(-0.0f), z = _mm256_setzero_ps();
     __m256 m[4];
     _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
@@ -1066,7 +1074,7 @@ ALWAYS_INLINE void act_group(const float *x, int n, char *g, bool q81) {
     }
 }
 
-ALWAYS_INLINE void act_row(const float *x, void *xa, int64_t k, bool q81) {
+TERN_INLINE void act_row(const float *x, void *xa, int64_t k, bool q81) {
     TERN_CHECK(k % QK == 0);
     const int64_t nb = k / QK;
     char *out = xa;

@@ -107,10 +107,10 @@
  * row halved the speed). Masked loads do not touch the bytes they skip. */
 
 /* 16 bytes at p + j * bsz in 128-bit lane j, for the blocks j < nblk. */
-ALWAYS_INLINE __m128i load16_blk(const uint8_t *p, size_t bsz, int j, int nblk) {
+TERN_INLINE __m128i load16_blk(const uint8_t *p, size_t bsz, int j, int nblk) {
     return j < nblk ? _mm_loadu_si128((const __m128i *)(p + (size_t)j * bsz)) : _mm_setzero_si128();
 }
-ALWAYS_INLINE __m512i load4x16(const uint8_t *p, size_t bsz, int nblk) {
+TERN_INLINE __m512i load4x16(const uint8_t *p, size_t bsz, int nblk) {
     __m512i v = _mm512_castsi128_si512(load16_blk(p, bsz, 0, nblk));
     v = _mm512_inserti32x4(v, load16_blk(p, bsz, 1, nblk), 1);
     v = _mm512_inserti32x4(v, load16_blk(p, bsz, 2, nblk), 2);
@@ -118,7 +118,7 @@ ALWAYS_INLINE __m512i load4x16(const uint8_t *p, size_t bsz, int nblk) {
 }
 
 /* The 64 bytes at w + off, those at or past w + valid read as zero. */
-ALWAYS_INLINE __m512i ld_win(const uint8_t *w, size_t off, size_t valid) {
+TERN_INLINE __m512i ld_win(const uint8_t *w, size_t off, size_t valid) {
     if (valid >= off + 64) return _mm512_loadu_si512(w + off);
     const size_t n = valid > off ? valid - off : 0;
     return _mm512_maskz_loadu_epi8((__mmask64)((1ull << n) - 1), w + off); /* n < 64 */
@@ -129,7 +129,7 @@ ALWAYS_INLINE __m512i ld_win(const uint8_t *w, size_t off, size_t valid) {
  * is its own 16-bit load, shifted once into place: a 32-bit load per block
  * split by shifts and masks took twice the scalar operations, and the Q5
  * rows kernels ran 2-6% slower in cache (docs/PERF.md). */
-ALWAYS_INLINE void qh_masks(const uint8_t *p, size_t bsz, int nblk, __mmask64 *lo, __mmask64 *hi) {
+TERN_INLINE void qh_masks(const uint8_t *p, size_t bsz, int nblk, __mmask64 *lo, __mmask64 *hi) {
     uint64_t l = 0, h = 0;
     _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
         uint16_t a = 0, b = 0;
@@ -183,7 +183,7 @@ static const struct {
     {sizeof(block_q8_0), offsetof(block_q8_0, d), 0, offsetof(block_q8_0, qs)},
 };
 
-ALWAYS_INLINE size_t win1(int f) {
+TERN_INLINE size_t win1(int f) {
     return f == FMT_Q8_0 ? 64 : 4 * k_fmt[f].bsz - 64;
 }
 
@@ -241,13 +241,13 @@ static void perm_init(void) {
 }
 
 /* Quants vector v (bytes 16j..16j+15 = block j's qs) -> unsigned quants. */
-ALWAYS_INLINE void nibbles(__m512i v, wgroup_t *g) {
+TERN_INLINE void nibbles(__m512i v, wgroup_t *g) {
     const __m512i m = _mm512_set1_epi8(15);
     g->lo = _mm512_and_si512(v, m);
     g->hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m);
 }
 
-ALWAYS_INLINE void fifth_bits(const uint8_t *w, int f, int nblk, wgroup_t *g) {
+TERN_INLINE void fifth_bits(const uint8_t *w, int f, int nblk, wgroup_t *g) {
     __mmask64 hl, hh;
     const size_t qh = f == FMT_Q5_0 ? offsetof(block_q5_0, qh) : offsetof(block_q5_1, qh);
     qh_masks(w + qh, k_fmt[f].bsz, nblk, &hl, &hh);
@@ -259,7 +259,7 @@ ALWAYS_INLINE void fifth_bits(const uint8_t *w, int f, int nblk, wgroup_t *g) {
 /* Decode one group of format f (a constant after inlining), its first nblk
  * blocks (see load4x16); compact: the scales as the GEMM decode wants them
  * (words 0..3 = d_j, 4..7 = m_j). */
-ALWAYS_INLINE wgroup_t grp_plain_x(const uint8_t *w, int f, bool compact, int nblk) {
+TERN_INLINE wgroup_t grp_plain_x(const uint8_t *w, int f, bool compact, int nblk) {
     wgroup_t g;
     const size_t valid = (size_t)nblk * k_fmt[f].bsz;
     g.sc = _mm512_permutex2var_epi16(ld_win(w, 0, valid), _mm512_load_si512(compact ? g_perm[f].swc : g_perm[f].sw),
@@ -282,13 +282,12 @@ ALWAYS_INLINE wgroup_t grp_plain_x(const uint8_t *w, int f, bool compact, int nb
  * and a mask. Same values as grp_plain, so the choice changes speed, not
  * results. */
 #define VBMI __attribute__((target("avx512vbmi,gfni")))
-#define ALWAYS_INLINE_VBMI static inline __attribute__((always_inline, target("avx512vbmi,gfni")))
 
 /* The two-window permute (index bit 6 picks b) as two one-window ones:
  * on the development machine (Sapphire Rapids class) a vpermt2b takes two
  * cycles of the shuffle port and a vpermb one, and a byte that comes from b
  * is often one of a few (mb: those bytes). */
-ALWAYS_INLINE_VBMI __m512i perm2(__m512i a, __m512i b, const uint8_t *idx, uint64_t mb) {
+TERN_INLINE_TARGET("avx512vbmi,gfni") __m512i perm2(__m512i a, __m512i b, const uint8_t *idx, uint64_t mb) {
     const __m512i i = _mm512_load_si512(idx);
     return _mm512_mask_permutexvar_epi8(_mm512_permutexvar_epi8(i, a), (__mmask64)mb, i, b);
 }
@@ -296,7 +295,7 @@ ALWAYS_INLINE_VBMI __m512i perm2(__m512i a, __m512i b, const uint8_t *idx, uint6
 /* Unsigned nibbles; the high ones by the affine map whose matrix moves
  * bits 4..7 of each byte to 0..3 (result bit i = parity of the source
  * byte AND matrix byte 7 - i). */
-ALWAYS_INLINE_VBMI void nibbles_gf(__m512i v, wgroup_t *g) {
+TERN_INLINE_TARGET("avx512vbmi,gfni") void nibbles_gf(__m512i v, wgroup_t *g) {
     g->lo = _mm512_and_si512(v, _mm512_set1_epi8(15));
     g->hi = _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(0x1020408000000000ll), 0);
 }
@@ -311,7 +310,7 @@ ALWAYS_INLINE_VBMI void nibbles_gf(__m512i v, wgroup_t *g) {
  * bit 4, high in bit 0 (moved to bit 4 by a shift). Against the scalar
  * qh_masks and masked adds: 2-3.5% faster at 2 threads over 1 GiB (fewer
  * loads on the weight stream), 0.95-1.01x in L2 (docs/PERF.md). */
-ALWAYS_INLINE_VBMI void nibbles5_gf(__m512i v, __m512i a, __m512i b, const perm_t *pm, wgroup_t *g) {
+TERN_INLINE_TARGET("avx512vbmi,gfni") void nibbles5_gf(__m512i v, __m512i a, __m512i b, const perm_t *pm, wgroup_t *g) {
     const __m512i i = _mm512_load_si512(pm->qa);
     const __m512i m = _mm512_mask_permutexvar_epi8(_mm512_maskz_permutexvar_epi8((__mmask64)pm->mqa0, i, a),
                                                    (__mmask64)pm->mqa1, i, b);
@@ -321,7 +320,7 @@ ALWAYS_INLINE_VBMI void nibbles5_gf(__m512i v, __m512i a, __m512i b, const perm_
     g->hi = _mm512_ternarylogic_epi32(hn, _mm512_slli_epi16(f, 4), _mm512_set1_epi8(16), 0xf8); /* hn | (f4 & 16) */
 }
 
-ALWAYS_INLINE_VBMI wgroup_t grp_vbmi_x(const uint8_t *w, int f, bool compact, int nblk) {
+TERN_INLINE_TARGET("avx512vbmi,gfni") wgroup_t grp_vbmi_x(const uint8_t *w, int f, bool compact, int nblk) {
     wgroup_t g;
     const perm_t *pm = &g_perm[f];
     const size_t valid = (size_t)nblk * k_fmt[f].bsz;
@@ -346,35 +345,35 @@ ALWAYS_INLINE_VBMI wgroup_t grp_vbmi_x(const uint8_t *w, int f, bool compact, in
 }
 
 /* Whole groups, and (_n) the first nblk blocks of a row's last group. */
-ALWAYS_INLINE wgroup_t grp_plain(const uint8_t *w, int f) {
+TERN_INLINE wgroup_t grp_plain(const uint8_t *w, int f) {
     return grp_plain_x(w, f, false, 4);
 }
-ALWAYS_INLINE wgroup_t grp_plain_n(const uint8_t *w, int f, int nblk) {
+TERN_INLINE wgroup_t grp_plain_n(const uint8_t *w, int f, int nblk) {
     return grp_plain_x(w, f, false, nblk);
 }
-ALWAYS_INLINE wgroup_t gemm_grp_plain(const uint8_t *w, int f) {
+TERN_INLINE wgroup_t gemm_grp_plain(const uint8_t *w, int f) {
     return grp_plain_x(w, f, true, 4);
 }
-ALWAYS_INLINE wgroup_t gemm_grp_plain_n(const uint8_t *w, int f, int nblk) {
+TERN_INLINE wgroup_t gemm_grp_plain_n(const uint8_t *w, int f, int nblk) {
     return grp_plain_x(w, f, true, nblk);
 }
-ALWAYS_INLINE_VBMI wgroup_t grp_vbmi(const uint8_t *w, int f) {
+TERN_INLINE_TARGET("avx512vbmi,gfni") wgroup_t grp_vbmi(const uint8_t *w, int f) {
     return grp_vbmi_x(w, f, false, 4);
 }
-ALWAYS_INLINE_VBMI wgroup_t grp_vbmi_n(const uint8_t *w, int f, int nblk) {
+TERN_INLINE_TARGET("avx512vbmi,gfni") wgroup_t grp_vbmi_n(const uint8_t *w, int f, int nblk) {
     return grp_vbmi_x(w, f, false, nblk);
 }
-ALWAYS_INLINE_VBMI wgroup_t gemm_grp_vbmi(const uint8_t *w, int f) {
+TERN_INLINE_TARGET("avx512vbmi,gfni") wgroup_t gemm_grp_vbmi(const uint8_t *w, int f) {
     return grp_vbmi_x(w, f, true, 4);
 }
-ALWAYS_INLINE_VBMI wgroup_t gemm_grp_vbmi_n(const uint8_t *w, int f, int nblk) {
+TERN_INLINE_TARGET("avx512vbmi,gfni") wgroup_t gemm_grp_vbmi_n(const uint8_t *w, int f, int nblk) {
     return grp_vbmi_x(w, f, true, nblk);
 }
 
 /* ---- reductions ----------------------------------------------------------- */
 
 /* The four dwords of each 128-bit lane summed, in every dword of it. */
-ALWAYS_INLINE __m512i lane_sum(__m512i p) {
+TERN_INLINE __m512i lane_sum(__m512i p) {
     p = _mm512_add_epi32(p, _mm512_shuffle_epi32(p, _MM_PERM_BADC));
     return _mm512_add_epi32(p, _mm512_shuffle_epi32(p, _MM_PERM_CDAB));
 }
@@ -382,7 +381,7 @@ ALWAYS_INLINE __m512i lane_sum(__m512i p) {
 /* Transposing reduction of four vectors of partial sums (p_i: lane 4j+m =
  * partial m of block j): lane 4j+i of the result = p_i's four lanes of
  * block j summed. 9 uops. */
-ALWAYS_INLINE __m512i treduce4(__m512i p0, __m512i p1, __m512i p2, __m512i p3) {
+TERN_INLINE __m512i treduce4(__m512i p0, __m512i p1, __m512i p2, __m512i p3) {
     /* [a0 b0 a1 b1] + [a2 b2 a3 b3] = [a0+a2, b0+b2, a1+a3, b1+b3] per lane */
     const __m512i u01 = _mm512_add_epi32(_mm512_unpacklo_epi32(p0, p1), _mm512_unpackhi_epi32(p0, p1));
     const __m512i u23 = _mm512_add_epi32(_mm512_unpacklo_epi32(p2, p3), _mm512_unpackhi_epi32(p2, p3));
@@ -392,24 +391,24 @@ ALWAYS_INLINE __m512i treduce4(__m512i p0, __m512i p1, __m512i p2, __m512i p3) {
 
 /* Lane i (< 4) of the result: (v[i] + v[8+i]) + (v[4+i] + v[12+i]), i.e.
  * (acc_0 + acc_2) + (acc_1 + acc_3) of the chains in lanes 4j+i. */
-ALWAYS_INLINE __m128 final4(__m512 v) {
+TERN_INLINE __m128 final4(__m512 v) {
     const __m256 hi = _mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(v), 1));
     const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), hi);
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-ALWAYS_INLINE __m512 scales_d(__m512i sc) {
+TERN_INLINE __m512 scales_d(__m512i sc) {
     return _mm512_cvtph_ps(_mm512_castsi512_si256(sc));
 }
 
-ALWAYS_INLINE __m512 scales_m(__m512i sc) {
+TERN_INLINE __m512 scales_m(__m512i sc) {
     return _mm512_cvtph_ps(_mm512_extracti64x4_epi64(sc, 1));
 }
 
 /* Partial sums of one weight group against one column's group gi:
  * lane 4j+m = four products of block j, the offset corrected (sh: log2 of
  * the offset, 0: none). */
-ALWAYS_INLINE __m512i col_partial(const wgroup_t *g, int sh, const char *a) {
+TERN_INLINE __m512i col_partial(const wgroup_t *g, int sh, const char *a) {
     __m512i p = sh ? _mm512_slli_epi32(_mm512_loadu_si512(a + LEGACY_OFF_NSUM), (unsigned)sh) : _mm512_setzero_si512();
     p = _mm512_dpbusd_epi32(p, g->lo, _mm512_loadu_si512(a + LEGACY_OFF_LO));
     return _mm512_dpbusd_epi32(p, g->hi, _mm512_loadu_si512(a + LEGACY_OFF_HI));
@@ -419,7 +418,7 @@ ALWAYS_INLINE __m512i col_partial(const wgroup_t *g, int sh, const char *a) {
 
 /* One group, nc columns, into acc (lane 4j+c: column c's chain j; with one
  * column, lanes 4j..4j+3 all hold chain j). */
-ALWAYS_INLINE void dot_grp(const wgroup_t *g, int sh, bool min, const char *xa, size_t st, int64_t gi, int nc,
+TERN_INLINE void dot_grp(const wgroup_t *g, int sh, bool min, const char *xa, size_t st, int64_t gi, int nc,
                            __m512 *acc) {
     __m512i p[4];
     __m512 da = _mm512_setzero_ps(), sa = _mm512_setzero_ps();
@@ -447,7 +446,7 @@ ALWAYS_INLINE void dot_grp(const wgroup_t *g, int sh, bool min, const char *xa, 
  * is read. */
 #define BLOCK_DOT(name, wblock, fmt, sh, min) BLOCK_DOT_A(, name, wblock, grp_plain, fmt, sh, min)
 #define BLOCK_DOT_A(attr, name, wblock, grp, fmt, sh, min)                                                    \
-    ALWAYS_INLINE attr void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
+    TERN_INLINE attr void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
                                         float *out) {                                                        \
         TERN_CHECK(k % QK == 0);                                                                             \
         const int64_t nb = k / QK, ng = nb / LEGACY_GROUP;                                                   \
@@ -480,7 +479,7 @@ ALWAYS_INLINE void dot_grp(const wgroup_t *g, int sh, bool min, const char *xa, 
 
 /* One group of nr rows (g[0..nr-1]) against nc columns: acc[c] lane 4j+i
  * = row i's chain j for column c. */
-ALWAYS_INLINE void rows_grp(const wgroup_t *g, int nr, int sh, bool min, const char *xa, size_t st, int64_t gi,
+TERN_INLINE void rows_grp(const wgroup_t *g, int nr, int sh, bool min, const char *xa, size_t st, int64_t gi,
                             int nc, __m512 *acc) {
     /* Row i's scales into words 4j+i (and 16+4j+i): every row's vector
      * holds them in all four words of the block. */
@@ -502,7 +501,7 @@ ALWAYS_INLINE void rows_grp(const wgroup_t *g, int nr, int sh, bool min, const c
 
 #define BLOCK_ROWS(name, wblock, fmt, sh, min) BLOCK_ROWS_A(, name, wblock, grp_plain, fmt, sh, min)
 #define BLOCK_ROWS_A(attr, name, wblock, grp, fmt, sh, min)                                                   \
-    ALWAYS_INLINE attr void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
+    TERN_INLINE attr void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
                                         size_t st, const int nc, float *out) {                                \
         TERN_CHECK(k % QK == 0);                                                                             \
         const int64_t nb = k / QK, ng = nb / LEGACY_GROUP;                                                   \
@@ -627,7 +626,7 @@ _Static_assert(GP_BYTES % 64 == 0 && GA_Q8_0 % 64 == 0 && GA_Q8_1 % 64 == 0, "GE
 
 /* Decode one weight group (four blocks, format offset off; scales from
  * the compact permute) into row i of panel group pg. */
-ALWAYS_INLINE void gemm_dec_grp(const wgroup_t *g, int off, char *pg, int i) {
+TERN_INLINE void gemm_dec_grp(const wgroup_t *g, int off, char *pg, int i) {
     const __m512i vo = _mm512_set1_epi8((char)off), n128 = _mm512_set1_epi8(-128);
     _mm512_store_si512(pg + 128 * i, _mm512_sub_epi8(g->lo, vo));
     _mm512_store_si512(pg + 128 * i + 64, _mm512_sub_epi8(g->hi, vo));
@@ -688,13 +687,13 @@ GEMM_DEC(VBMI, dec_q5_0_vbmi, block_q5_0, gemm_grp_vbmi, FMT_Q5_0, 16)
 GEMM_DEC(VBMI, dec_q5_1_vbmi, block_q5_1, gemm_grp_vbmi, FMT_Q5_1, 0)
 GEMM_DEC(VBMI, dec_q8_0_vbmi, block_q8_0, gemm_grp_vbmi, FMT_Q8_0, 128)
 
-ALWAYS_INLINE int32_t ld_i32(const char *p) {
+TERN_INLINE int32_t ld_i32(const char *p) {
     int32_t v;
     memcpy(&v, p, sizeof v);
     return v;
 }
 
-ALWAYS_INLINE float ld_f32(const char *p) {
+TERN_INLINE float ld_f32(const char *p) {
     float v;
     memcpy(&v, p, sizeof v);
     return v;
@@ -704,7 +703,7 @@ ALWAYS_INLINE float ld_f32(const char *p) {
  * of the 4 rows, 8 vpdpbusd (the row's weight dwords broadcast, two
  * chains for latency), then acc[i][j] = fma(float(I), d_w * d_a, acc[i][j])
  * (and fma(m_w, s_a, .) for the min formats): the header's order. */
-ALWAYS_INLINE void gemm_blk(const char *pg, int j, const char *xb, bool min, __m512 acc[4][4]) {
+TERN_INLINE void gemm_blk(const char *pg, int j, const char *xb, bool min, __m512 acc[4][4]) {
     __m512i a[8];
     _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) a[t] = _mm512_loadu_si512(xb + 64 * t);
     const __m512 da = _mm512_loadu_ps(xb + GA_OFF_D);
@@ -755,7 +754,7 @@ static size_t gsize_q8_1(int64_t k) {
 }
 
 /* In-place transpose of a 16 x 16 matrix of dwords (r[i] = row i). */
-ALWAYS_INLINE void transpose16(__m512i r[16]) {
+TERN_INLINE void transpose16(__m512i r[16]) {
     __m512i t[16], u[16];
     /* t[2i], t[2i+1]: rows 2i, 2i+1 interleaved by dword */
     _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
@@ -786,7 +785,7 @@ ALWAYS_INLINE void transpose16(__m512i r[16]) {
  * (four blocks) at a time: the 16 columns' lo (then hi) vectors, flipped
  * to unsigned, transposed by dword, give q[t] of blocks 0..3 (dword 4j+t
  * of lo is block j's elements 4t..4t+3). */
-ALWAYS_INLINE void gemm_prep(int64_t k, const void *xa, size_t st, int ncols, void *xg, bool q81) {
+TERN_INLINE void gemm_prep(int64_t k, const void *xa, size_t st, int ncols, void *xg, bool q81) {
     const int64_t nb = k / QK;
     const size_t ab = q81 ? GA_Q8_1 : GA_Q8_0;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
@@ -827,7 +826,7 @@ static void prep_q8_1(int64_t k, const void *xa, size_t st, int ncols, void *xg)
 }
 
 /* The 4 rows of an accumulator tile (nrv valid) into y, columns c0.. */
-ALWAYS_INLINE void gemm_store(__m512 acc[4][4], float *y, int64_t ldy, int64_t c0, int ncols, int nrv) {
+TERN_INLINE void gemm_store(__m512 acc[4][4], float *y, int64_t ldy, int64_t c0, int ncols, int nrv) {
     float t[4][16] __attribute__((aligned(64)));
     _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) _mm512_store_ps(
         t[i], _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][2]), _mm512_add_ps(acc[i][1], acc[i][3])));
@@ -839,7 +838,7 @@ ALWAYS_INLINE void gemm_store(__m512 acc[4][4], float *y, int64_t ldy, int64_t c
 
 /* Loop order: row blocks (decoded once) > column groups > k-chunks >
  * panels of 4 rows > groups of 4 blocks > blocks. */
-ALWAYS_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y,
+TERN_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y,
                             int64_t ldy, void *scratch, gemm_dec_fn dec, bool min) {
     const int64_t k = a->k, nb = k / QK, ng = (nb + LEGACY_GROUP - 1) / LEGACY_GROUP;
     const int rem = (int)(nb % LEGACY_GROUP);
@@ -932,7 +931,7 @@ static const kern_gemm_t gemm_q8_0_vbmi = {gsize_q8_0, prep_q8_0, gemm_scratch_s
  * half lands on (or ties to) it. The multiply and add use the explicit
  * rounding forms (round to nearest, the default), which the compiler never
  * fuses into an FMA (the file is built with GCC's -ffp-contract=fast). */
-ALWAYS_INLINE __m512i round_q8x16(__m512 x, __m512 id) {
+TERN_INLINE __m512i round_q8x16(__m512 x, __m512 id) {
 #define RN_SAE (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
     const __m512 v = _mm512_mul_round_ps(x, id, RN_SAE);
     const __m512 half = _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
@@ -948,7 +947,7 @@ ALWAYS_INLINE __m512i round_q8x16(__m512 x, __m512 id) {
 /* The scales of one group of n (1..4) blocks of x: lanes 0..3 of *d and
  * *id = block j's d = amax / 127 (NaNs skipped, as in the scalar loop) and
  * 1 / d (0 when d = 0); lanes 4..15 undefined. The padding blocks get 0. */
-ALWAYS_INLINE void act_scales(const float *x, int n, __m512 *d, __m512 *id) {
+TERN_INLINE void act_scales(const float *x, int n, __m512 *d, __m512 *id) {
     __m512 m[4];
     _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
         /* max_ps returns its second operand when either is NaN: NaNs are
@@ -978,7 +977,7 @@ ALWAYS_INLINE void act_scales(const float *x, int n, __m512 *d, __m512 *id) {
  * rounded to fp16 (vcvtps2ph rounds to nearest even, as f32_to_fp16 does,
  * NaN and infinity included), Q8_1's s = fp16((float)sum(q) * d) with the
  * float d; the padding blocks zero. */
-ALWAYS_INLINE void act_group(const float *x, int n, __m512 d, __m512 id, char *g, bool q81) {
+TERN_INLINE void act_group(const float *x, int n, __m512 d, __m512 id, char *g, bool q81) {
     __m512i ql[4], qh[4];
     _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
         if (j < n) {
@@ -1016,7 +1015,7 @@ ALWAYS_INLINE void act_group(const float *x, int n, __m512 d, __m512 id, char *g
 /* Software-pipelined by one group: the scales of group i + 1 (a long
  * chain: max reduction, two divisions) are computed before group i is
  * quantized, so the two overlap. */
-ALWAYS_INLINE void act_row(const float *x, void *xa, int64_t k, bool q81) {
+TERN_INLINE void act_row(const float *x, void *xa, int64_t k, bool q81) {
     TERN_CHECK(k % QK == 0);
     const int64_t nb = k / QK, ng = (nb + LEGACY_GROUP - 1) / LEGACY_GROUP;
     char *g = xa;
