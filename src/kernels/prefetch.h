@@ -17,12 +17,10 @@
  * and the block kernels spend enough ALU work per cache line that the
  * out-of-order window alone keeps too few lines in flight: a prefetch a few
  * KB ahead (past the row's end into the next row, which the drivers visit
- * next) took Q8_0 / Q4_0 single-thread matvec over a 1 GB matrix from about
- * half of a plain read loop's bandwidth to about 85%. With four streams per
- * thread (matvec.c), 2 KB ahead reads 1-4% faster than 4 KB at 2 threads
- * for every format and both ISAs, 512 bytes up to 4% slower
- * (scripts/ab-prefetch.sh, docs/PERF.md). Prefetches never fault, so
- * reading past the matrix is harmless. */
+ * next) brings the single-thread matvec close to a plain read loop's
+ * bandwidth; 2 KB is the distance chosen with four streams per thread
+ * (matvec.c) by scripts/ab-prefetch.sh (measured: docs/PERF.md).
+ * Prefetches never fault, so reading past the matrix is harmless. */
 #ifndef PF_DIST
 #define PF_DIST 2048
 #endif

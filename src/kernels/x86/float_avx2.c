@@ -60,12 +60,9 @@
  *     same zero lanes past k (the pack and prep write the zeros the dot's
  *     zero-padded tail reads), the same reduction; the tiling only decides
  *     which chains run side by side, never the operations of one chain.
- * Speed (1024 x 4096, N = 64, one core of a shared Sapphire Rapids VM run
- * with AVX2 only, FMA peak about 90 GFLOP/s): about 63-74 GFLOP/s in quiet
- * moments (45-55 under load) for all three formats, against 21-37 for the
- * former path through the dot in tiles of 4 columns. The one-row,
- * one-column dot is bound by its two chains' FMA latency (about 18 GFLOP/s,
- * still above a core's memory stream for every format).
+ * The one-row, one-column dot is bound by its two chains' FMA latency,
+ * still above a core's memory stream for every format (measured, and the
+ * GEMM against the former path through the dot: docs/PERF.md).
  */
 #if defined(__x86_64__)
 

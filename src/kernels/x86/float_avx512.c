@@ -52,10 +52,8 @@
  *     zero lanes past k (the pack and prep write the zeros a masked load
  *     reads), the same hsum16; the tiling only decides which chains run
  *     side by side, never the operations of one chain.
- * Speed (1024 x 4096, N = 64, one Sapphire Rapids core, a quiet moment of
- * a shared machine): about 100-120 GFLOP/s for all three formats, the
- * micro-kernel alone on L1 data about 140 (FMA peak about 175); the former
- * path through the dot in tiles of 4 columns made 45-55.
+ * Speed against the FMA peak and the former path through the dot in
+ * tiles of 4 columns: measured, docs/PERF.md.
  */
 #if defined(__x86_64__)
 
@@ -140,7 +138,7 @@ COLS_ENTRY(dot_bf16_avx512, bf16_cols)
         int64_t i = 0;                                                                                   \
         for (; i + 64 <= k; i += 64) {                                                                   \
             /* Row by row: its prefetch, then its 64 elements (this order                                \
-             * streamed a few % faster than interleaving the rows per 16). */                            \
+             * streamed faster than interleaving the rows per 16). */                                    \
             _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
                 const char *w = wr[r];                                                                   \
                 _Pragma("GCC unroll 4") for (int b = 0; b < 64 * (wsz); b += 64)                         \
@@ -184,9 +182,9 @@ ROWS_ENTRY(rows_bf16_avx512, bf16_rows, dot_bf16_avx512)
  * registers). One chunk of a (panel, group) block holds 8 KB of weights,
  * 16 KB of activations and 8 KB of partial accumulators: 32 KB, which stays
  * in L1 while the block's 8 tiles run. A longer chunk means fewer partial
- * stores and reloads per FMA; on the development machine (48 KB L1) 256 and
- * 384 ran alike, 128 about 15% slower; 256 keeps the block inside a 32 KB
- * L1 too. */
+ * stores and reloads per FMA; 256 ran as fast as longer chunks on the
+ * development machine (measured: docs/PERF.md) and keeps the block inside
+ * a 32 KB L1 too. */
 enum { GEMM_RB = 8, GEMM_TR = 4, GEMM_TC = 4 };
 #define GEMM_TILE_BYTES (GEMM_TR * GEMM_TC * 64)
 

@@ -41,25 +41,18 @@
  * to y by 8 x 8 float transposes.
  * The Q4_K micro-kernel is bound by the three vector ALU ports: per row,
  * 8 columns and super-block 64 maddubs + 56 int16 adds + 8 + 7 (T) + 4 + 3
- * (M) + 6 float operations; in L1 it runs at ~1.27 maddubs per cycle, ~98%
- * of 3 / 148 * 64 (measured, Sapphire Rapids class core). Fewer loads
- * (the 16-column panel) or other panel heights cannot beat that bound;
- * only fewer operations per product could.
- * Measured (cache-resident 1024 x 4096, one thread, n = 64; /tmp harness
- * timing act + prep + run, alternating with the previous version): the
- * 3-row x 16-column panel +4% over 4 x 8; with the cheaper decode (Q6_K
- * negc by maddubs; Q4_K / Q5_K rows of 320 bytes: decode is bound by its
- * stores' traffic to L2, ~31 cycles a block there against ~14 into L1), the
- * transposed output, the vectorized prep and act fn: Q4_K +5-7%, Q5_K
- * +3-5%, Q6_K +11-13% (n = 16: +4-6%, +4-7%, +25%); `tern bench kernels`
- * Q4_K gemm N=64 ~181 -> ~193 GFLOP/s. Earlier: ~1.6x the former
- * dot-tiled GEMM; signed activations for Q4_K / Q5_K and the chain asm ~+5%
- * Q4_K, ~+15% Q5_K. Tried without gain at n = 64: prefetching the next row
- * block's weights (into L2 along the kernel calls, or ahead in decode);
- * decoding one k-chunk at a time into an L1-sized buffer (+8% at n = 16 for
- * Q4_K, but -4% for Q6_K, even at 64); decoding in dec's order; other
- * GA_KC / row-block sizes; 2 x 16 panels (-15%: the compiler reloads the
- * activations per row) and 4..6 x 16 (spills).
+ * (M) + 6 float operations; in L1 it runs close to that bound (measured:
+ * docs/PERF.md). Fewer loads (the 16-column panel) or other panel heights
+ * cannot beat that bound; only fewer operations per product could. The
+ * choices here (the 3-row x 16-column panel, Q6_K negc by maddubs, Q4_K /
+ * Q5_K rows of 320 bytes since decode is bound by its stores' traffic to
+ * L2, the transposed output, the vectorized prep and act fn, signed
+ * activations for Q4_K / Q5_K, the chain asm) and the ones tried without
+ * gain (prefetching the next row block's weights, decoding one k-chunk at a
+ * time into an L1-sized buffer, decoding in dec's order, other GA_KC /
+ * row-block sizes, 2 x 16 panels, which make the compiler reload the
+ * activations per row, and 4..6 x 16, which spill) were measured:
+ * docs/PERF.md.
  *
  * ---- AVX-VNNI GEMMs (gv_*, function target "avxvnni") ---------------------
  *
@@ -86,23 +79,17 @@
  * that, scale pair): per row, 8 columns and super-block Q4_K 64 dpbusd +
  * 8 packs + 8 dpwssd (+ 4 for M + 6 float) against 148 operations, now
  * bound by the two ports that take dpbusd / dpwssd / float (82 of them;
- * measured ~95% of that bound, at the clock that the plain kernel's 98%
- * implies). The halves of a group go one after the other
+ * it runs close to that bound, measured: docs/PERF.md). The halves of a group go one after the other
  * (3 rows x 8 columns: 6 sums, 3 T, 2 activation vectors in registers).
  * Q6_K (gv_kernel_q6): the plain layout and runs (2 k-slices), with T =
  * dpwssd(T, run sum, scale pair) for madd + add: its int16 bound allows no
  * more than 4 products per sum, and dpbusd over a sub-block + vpmulld
  * would use those two ports as often (64 + 2 * 16 per row, 8 columns and
  * super-block).
- * Measured (/tmp harness as above, act + prep + run, alternating plain and
- * VNNI in one process, 1024 x 4096, one thread): Q4_K n = 16 +14-22%,
- * n = 64 +19-24% (~195 -> ~235 GFLOP/s); Q5_K +15-23%, +22-26%; Q6_K
- * +11-15%, +18-20%; `tern bench kernels` gemm64 / matvec (Q4_K, Q5_K,
- * Q6_K) ~3.8x, ~4.3x, ~4.7x -> ~4.8x, ~5.4x, ~5.5x. Tried, all
- * within noise: 4-row panels, GA_KC 2..16, row blocks of 64 KB..512 KB.
- * Q4_K at n = 64 (perf): ~84% of the time in the micro-kernel, ~11% in
- * run's decode and output, the rest act fn and prep. The matvec (dot /
- * rows) functions are memory-bound and have no VNNI variant.
+ * The gain over the plain GEMM, the variants tried (4-row panels, other
+ * GA_KC, other row-block sizes) and the time profile are measured in
+ * docs/PERF.md. The matvec (dot / rows) functions are memory-bound and
+ * have no VNNI variant.
  */
 #include "kernels/x86/kquant_avx2.h"
 

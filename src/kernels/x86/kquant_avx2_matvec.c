@@ -318,8 +318,8 @@ TERN_INLINE int act_block(const float *xb, __m256 id, __m256i q[8], const int cl
  * clamp has max/min-instruction NaN semantics, like the scalar one (and is
  * skipped where it cannot change a result, see act_block). The amax of a
  * chunk of blocks first, then their quants: the amax -> divide -> quantize
- * latency of one block no longer serializes the loop (~-20%; the clamp
- * skip another ~-20%, /tmp harness). */
+ * latency of one block no longer serializes the loop (measured, with the
+ * clamp skip: docs/PERF.md). */
 #define ACT_CHUNK 16 /* blocks per pass pair: 16 KB of floats, in L1 for the second pass */
 static void act_q8_K_avx2(const float *x, void *xav, int64_t k) {
     TERN_CHECK(k % QK_K == 0);

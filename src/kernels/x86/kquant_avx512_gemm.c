@@ -36,10 +36,10 @@
  * operand). Two sub-blocks are in flight per row (two independent chains).
  * M_b is four vpdpwssd of the row's mins pairs against the [GQ_ACT_P]
  * vectors; then the chain above with 16 lanes = 16 columns.
- * Measured choices: the embedded broadcast of the weights (signed operand,
- * hence the +128 offset on the activations) beat broadcasting unsigned
- * weights into a register by ~15% (one fused uop per vpdpbusd instead of
- * two); the sub-block scale cannot go through vpdpwssd because a sub-block
+ * Measured choices (docs/PERF.md): the embedded broadcast of the weights
+ * (signed operand, hence the +128 offset on the activations) beat
+ * broadcasting unsigned weights into a register (one fused uop per vpdpbusd
+ * instead of two); the sub-block scale cannot go through vpdpwssd because a sub-block
  * sum does not fit int16, so it costs one vpmulld per row and sub-block.
  * With few columns (up to 6, Q6_K 8) run uses the matvec tiles instead
  * (gq_run_small): same chain, same bits, faster than 16 lanes mostly idle.
@@ -361,10 +361,8 @@ enum { GQ_Q4K, GQ_Q5K, GQ_Q6K };
 
 /* Few columns: most lanes of a 16-column group would be wasted, and the
  * matvec tiles are faster; they compute the same chain, so the bits are the
- * same. Measured (GFLOP/s, 5 / 8 columns): Q4_K 4x2 tiles ~110 / ~113
- * against the GEMM's ~80 / ~130; Q6_K 1x4 tiles ~107 / ~131 against ~71 /
- * ~116. So Q4_K/Q5_K take 4x2 tiles up to GQ_SMALL_N columns, Q6_K 1x4
- * tiles up to GQ_SMALL_N6. */
+ * same. By measurement (docs/PERF.md), Q4_K/Q5_K take 4x2 tiles up to
+ * GQ_SMALL_N columns, Q6_K 1x4 tiles up to GQ_SMALL_N6. */
 #define GQ_SMALL_N 6
 #define GQ_SMALL_N6 8
 static void gq_run_small(const kern_gemm_args_t *a, const char *w, size_t row_bytes, int64_t nrows, float *y,

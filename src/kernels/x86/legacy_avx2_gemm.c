@@ -50,8 +50,8 @@
  * chain still sees its blocks in increasing order and the float steps are
  * the ones above, so the results are those of the plain GEMM. Per block,
  * row and 16 columns: 16 vpdpbusd, 2 converts, 2 multiplies, 2 (min
- * formats: 4) FMAs, all on the two FMA ports (measured at N = 64, k = 4096:
- * 1.3-1.4x the plain GEMM, Q8_0 2.2x).
+ * formats: 4) FMAs, all on the two FMA ports (measured against the plain
+ * GEMM: docs/PERF.md).
  *
  * Exactness relies on |a| <= 127 for the activation quants (the act fns
  * clamp to +-127), as maddubs must never saturate.
@@ -65,7 +65,7 @@
 /* GCC's temporary-expression replacement (TER) expands each single-use
  * chain of int16 adds below at its last use, after every maddubs of the
  * block: 16-32 live vectors, spilled. Without it the adds stay next to their
- * maddubs (measured: with TER these GEMMs ran 10-30% slower). Clang does
+ * maddubs, and the GEMMs run faster (measured: docs/PERF.md). Clang does
  * not need this. */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC push_options
@@ -74,9 +74,9 @@
 
 /* Full unrolling of the loops over a tile's rows (nt: a constant 1..4 in
  * every instance). Clang unrolls a loop with "GCC unroll N" only by a
- * factor N, so not at all a trip count below N (measured: the 3-row VNNI
- * tiles and the 2-row Q5_1 ones ran at half speed); its own pragma without
- * a count unrolls any constant trip count fully. */
+ * factor N, so not at all a trip count below N (the 3-row VNNI tiles and
+ * the 2-row Q5_1 ones ran far slower; measured: docs/PERF.md); its own
+ * pragma without a count unrolls any constant trip count fully. */
 #if defined(__clang__)
 #define UNROLL_NT _Pragma("unroll")
 #else
@@ -111,8 +111,8 @@ TERN_INLINE int64_t f_kc(int f, bool v) {
 }
 /* Bytes of decoded weight rows per row block (at least 4 rows): small
  * enough that the block and an act chunk share L1 while every column
- * group passes over them; a 96 KB block spent twice the decode time on
- * write-backs to L2 (measured: 6 against 3 cycles per Q4_0 block-row). */
+ * group passes over them; a larger block spends its decode time on
+ * write-backs to L2 (measured: docs/PERF.md). */
 #define GEMM_PANEL_BYTES (20 * 1024)
 /* Accumulators of one row: 2 octets x 4 chains (acc[o][j] at 8 * (4o + j)). */
 #define GEMM_STATE 256
@@ -121,7 +121,8 @@ TERN_INLINE int64_t f_kc(int f, bool v) {
 #define GEMM_NT 4
 /* The AVX-VNNI GEMM (v): rows per tile (3 rows x 2 octets: 6 float
  * accumulators, 6 int32 sums, 2 activation vectors and a broadcast, all in
- * registers; measured: 2 rows 15-20% slower, 4 rows (spilling) 2% slower),
+ * registers; 2 rows and 4 rows (spilling) were slower, measured:
+ * docs/PERF.md),
  * and log2 of the weight offset its unsigned weights carry (Q8_0: w + 128).
  * Its prep layout is the Q4 / Q5 one for every format, with x = -2^sh
  * times the sum of the column's 32 quants (int32) for the offset formats,
@@ -131,7 +132,7 @@ TERN_INLINE int f_vsh(int f) {
     return f == FMT_Q8_0 ? 7 : f_sh(f);
 }
 /* Plain: Q5_1 takes 2 rows, its int16 sums plus int32 partials would want
- * 16 registers at 4 rows (measured: 2 rows 1-2% faster). */
+ * 16 registers at 4 rows (2 rows faster, measured: docs/PERF.md). */
 TERN_INLINE int64_t f_nt(int f, bool v) {
     return v ? VNNI_NT : f == FMT_Q5_1 ? 2 : GEMM_NT;
 }

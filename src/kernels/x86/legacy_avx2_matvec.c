@@ -85,8 +85,7 @@
  * The act fns quantize a group of four blocks at a time: the four amax by
  * one transposing max reduction, d and 1 / d by one vector division each,
  * d (and Q8_1's s) rounded to fp16 by F16C (the bytes of the scalar act
- * fns; the GEMM's time includes them: ~0.4 ns per element, half the old
- * per-block code's).
+ * fns; the GEMM's time includes them; measured: docs/PERF.md).
  */
 #if defined(__x86_64__)
 

@@ -23,8 +23,8 @@
  * the end of a row, as its first nblk blocks with the rest read as zero
  * bytes: exactly what a zero-padded copy of the partial group would give,
  * without storing one (a copy made just before its 64-byte windows are
- * loaded costs a failed store forwarding per load, which at 18 blocks per
- * row halved the speed). Masked loads do not touch the bytes they skip. */
+ * loaded costs a failed store forwarding per load; measured:
+ * docs/PERF.md). Masked loads do not touch the bytes they skip. */
 
 /* 16 bytes at p + j * bsz in 128-bit lane j, for the blocks j < nblk. */
 TERN_INLINE __m128i load16_blk(const uint8_t *p, size_t bsz, int j, int nblk) {
@@ -48,7 +48,7 @@ TERN_INLINE __m512i ld_win(const uint8_t *w, size_t off, size_t valid) {
  * bit 16j+m of *lo = bit m of block j's qh, of *hi = bit 16+m. Each half
  * is its own 16-bit load, shifted once into place: a 32-bit load per block
  * split by shifts and masks took twice the scalar operations, and the Q5
- * rows kernels ran 2-6% slower in cache (docs/PERF.md). */
+ * rows kernels ran slower (measured: docs/PERF.md). */
 TERN_INLINE void qh_masks(const uint8_t *p, size_t bsz, int nblk, __mmask64 *lo, __mmask64 *hi) {
     uint64_t l = 0, h = 0;
     _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) {
@@ -176,9 +176,9 @@ TERN_INLINE_TARGET("avx512vbmi,gfni") void nibbles_gf(__m512i v, wgroup_t *g) {
  * byte 7, zeros elsewhere. An affine op with that qword as the matrix maps
  * x = 1 << k (byte k of the qword) to a byte whose bit 4 is bit k of byte 3
  * and bit 0 bit k of byte 7: the fifth bits of quants 16j + 8h + k, low in
- * bit 4, high in bit 0 (moved to bit 4 by a shift). Against the scalar
- * qh_masks and masked adds: 2-3.5% faster at 2 threads over 1 GiB (fewer
- * loads on the weight stream), 0.95-1.01x in L2 (docs/PERF.md). */
+ * bit 4, high in bit 0 (moved to bit 4 by a shift). Chosen over the
+ * scalar qh_masks and masked adds for fewer loads on the weight stream
+ * (measured: docs/PERF.md). */
 TERN_INLINE_TARGET("avx512vbmi,gfni") void nibbles5_gf(__m512i v, __m512i a, __m512i b, const perm_t *pm, wgroup_t *g) {
     const __m512i i = _mm512_load_si512(pm->qa);
     const __m512i m = _mm512_mask_permutexvar_epi8(_mm512_maskz_permutexvar_epi8((__mmask64)pm->mqa0, i, a),
