@@ -575,7 +575,7 @@ static void test_dot_rows_match_dot(void **state) {
 /* ---- GEMM (kern_gemm_t): plain AVX2 and AVX-VNNI ------------------------- */
 
 /* The AVX2 GEMMs of the K formats come in two builds, plain AVX2 and
- * AVX-VNNI (kquant_avx2.c picks at registration by kern_options_t.avxvnni,
+ * AVX-VNNI (kquant_avx2_matvec.c picks at registration by kern_options_t.avxvnni,
  * which TERN_NO_AVXVNNI turns off). Both form the same exact integers per super-block and take
  * the same float steps, so each must give, for every (row, column), the bits
  * of the AVX2 dot (so of each other), within the dot tolerance of the

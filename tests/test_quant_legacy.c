@@ -778,7 +778,7 @@ static void test_dot_rows_bitexact(void **state) {
 }
 
 /* The AVX-512 block kernels come in two builds, with and without
- * AVX512-VBMI + GFNI (legacy_avx512.c picks at registration by
+ * AVX512-VBMI + GFNI (legacy_avx512_matvec.c picks at registration by
  * kern_options_t.vbmi, which TERN_NO_VBMI turns off). They differ only in how the weights are decoded, so they
  * must agree bit for bit; on a CPU without both extensions both tables hold
  * the same kernel and this checks nothing, which it says. */
@@ -822,7 +822,7 @@ static void test_avx512_vbmi_same(void **state) {
 /* ---- GEMM (kern_gemm_t): plain AVX2 and AVX-VNNI ----------------------- */
 
 /* The AVX2 GEMMs of the block formats come in two builds, plain AVX2 and
- * AVX-VNNI (legacy_avx2.c picks at registration by kern_options_t.avxvnni,
+ * AVX-VNNI (legacy_avx2_matvec.c picks at registration by kern_options_t.avxvnni,
  * which TERN_NO_AVXVNNI turns off). Both form the same exact integer block sums and take the
  * same float steps, so they must agree bit for bit with each other and
  * with the AVX2 dot of every (row, column), and stay within the dot

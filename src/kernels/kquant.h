@@ -1,7 +1,8 @@
 /*
  * kquant.h - private to the K-format kernels (Q4_K, Q5_K, Q6_K weights x
  * Q8_K activations): kquant_ref.c (scalar oracle and
- * kern_register_kquant), kquant_avx2.c and kquant_avx512.c.
+ * kern_register_kquant), kquant_avx2_{matvec,gemm}.c and
+ * kquant_avx512_{matvec,gemm}.c.
  *
  * Every dot function follows kern_dot_fn (kernels.h): any number of
  * activation columns per call (served in groups of KERN_MAX_COLS), weights
@@ -11,7 +12,7 @@
  * accumulation across super-blocks differs from the scalar oracle (the AVX2
  * and AVX-512 kernels reduce each super-block to exact integers and keep one
  * float chain per (row, column), the order their own GEMMs follow too: see
- * kquant_avx512.c and kquant_avx2.c). The SIMD Q8_K activation quantizers write
+ * kquant_avx512_matvec.c and kquant_avx2_matvec.c). The SIMD Q8_K activation quantizers write
  * exactly the bytes of the scalar one (quant_quantize_row to TYPE_Q8_K).
  */
 #ifndef TERN_KERNELS_KQUANT_H

@@ -3,7 +3,7 @@
  * the float formats (F32, F16, BF16 against F32 activations) and the
  * 32-element block formats (Q4_0, Q5_0, Q8_0 against Q8_0 activations;
  * Q4_1, Q5_1 against Q8_1), and the two register functions that put them,
- * and the SIMD variants of legacy_avx2.c / legacy_avx512.c, in the table.
+ * and the SIMD variants of legacy_avx2_*.c / legacy_avx512_*.c, in the table.
  *
  * These loops are the oracle the SIMD kernels are tested against, and the
  * fallback on CPUs without AVX2, so they favour plainness. The block dots use

@@ -24,7 +24,7 @@
  *   result = acc
  * with da_b the activation block's scale, d_b / dmin_b the weight block's
  * fp16 scales converted exactly (F16C), each product da_b * d_b one float
- * multiply. (The same chain as kquant_avx512.c, though nothing requires the
+ * multiply. (The same chain as kquant_avx512_matvec.c, though nothing requires the
  * two ISAs to agree.) This replaced an order with 8 float lanes per (row,
  * column) (lane l: T of the 4-element slices at offset 4l of every
  * sub-block) whose lane sums a GEMM can only form with one maddubs + one

@@ -424,7 +424,7 @@ TERN_INLINE void q6k_tile(int64_t nb, const void *const *wr, const int nr, const
 
 /* ==== Q8_K activations ====================================================== */
 
-/* The scalar quantizer's operations exactly (see kquant_avx2.c). */
+/* The scalar quantizer's operations exactly (see kquant_avx2_matvec.c). */
 static void act_q8_K_avx512(const float *x, void *xav, int64_t k) {
     TERN_CHECK(k % QK_K == 0);
     block_q8_K *y = xav;

@@ -1,6 +1,6 @@
 /*
- * kquant_entry.h - the entry points of a K-format SIMD file (kquant_avx2.c,
- * kquant_avx512.c). Included after the file has defined KQ_ISA (the name
+ * kquant_entry.h - the entry points of a K-format SIMD matvec file
+ * (kquant_avx2_matvec.c, kquant_avx512_matvec.c). Included after the file has defined KQ_ISA (the name
  * suffix) and its two kernel templates, by default named
  *
  *   affine_kernel(nb, rows, nr, xa, stride, nc, out, is_q5)   Q4_K / Q5_K

@@ -17,7 +17,7 @@
  *
  * THE FLOAT ORDER. Every AVX2 kernel of a format computes, for a weight row
  * and an activation column with blocks b = 0 .. nb-1, exactly this (the
- * order of legacy_avx512.c, so both x86 ISAs give the same bits):
+ * order of legacy_avx512_matvec.c, so both x86 ISAs give the same bits):
  *
  *   I_b   = the exact int32 dot of block b's integer weights (Q4_0: q - 8,
  *           Q5_0: q - 16, Q4_1 / Q5_1: q, Q8_0: qs, -128 included) and the
@@ -282,7 +282,7 @@ BLK_KERNELS(q8_0, FMT_Q8_0)
  * half away from zero, clamped to [-127, 127], NaN -> 0), exactly:
  * trunc(v + copysign(0.49999997f, v)) equals roundf(v) for every float (the
  * largest float below one half never carries a fraction below one half up
- * to the next integer, and an exact half lands on it; legacy_avx512.c's
+ * to the next integer, and an exact half lands on it; legacy_avx512_matvec.c's
  * round_q8x16, checked over all 2^32 patterns). The empty asm keeps the
  * product a rounded float: GCC (-ffp-contract=fast) could otherwise fuse
  * the multiply into the add. */
