@@ -440,7 +440,7 @@ int bench_kernels_main(int argc, char **argv) {
     tern_error_t err = {0};
     tern_pool_t *pools[BK_THREADS + 1] = {0};
     bufs_t b = {0};
-    const kern_isa_t isa0 = kern_isa_active();
+    const kern_options_t opt0 = kern_options(); /* restored at the end */
 
     /* 1. The roofline. */
     double probe[BK_THREADS + 1];
@@ -512,7 +512,9 @@ int bench_kernels_main(int argc, char **argv) {
                     continue;
                 }
             }
-            kern_isa_set(isa);
+            kern_options_t run_opt = opt0; /* the ISA measured; the active sub-features */
+            run_opt.isa = isa;
+            kern_configure(&run_opt);
             for (int t = 1; t <= BK_THREADS; t++) {
                 tern_pool_t *p = pools[t];
                 kern_mat_t m0 = wset_mat(&w, type, 0, g_rows);
@@ -600,7 +602,7 @@ oom:
     fprintf(stderr, "tern bench kernels: out of memory\n");
     rc = 1;
 out:
-    kern_isa_set(isa0);
+    kern_configure(&opt0);
     for (int t = 1; t <= BK_THREADS; t++) tern_pool_free(pools[t]);
     free(b.x), free(b.x2), free(b.y), free(b.y2), free(b.gx), free(b.gy);
     free(recs.v);

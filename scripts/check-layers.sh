@@ -66,9 +66,21 @@ if [ -n "$bad" ]; then
     printf '%s\n' "$bad" >&2
     status=1
 fi
+
+# The kernels read no environment: the switches of the kernel choice are
+# read by the cpu layer (cpu_env) and reach the kernels as kern_options_t.
+envbad=$(git ls-files --cached --others --exclude-standard -- 'src/kernels/*' 2>/dev/null |
+         while read -r f; do
+             [ -f "$f" ] && grep -n 'getenv[[:space:]]*(' "$f" /dev/null 2>/dev/null
+         done || true)
+if [ -n "$envbad" ]; then
+    printf '%s\n' "$envbad" | sed 's/$/   <- getenv in a kernel file/' >&2
+    echo "check-layers: files under src/kernels/ must not call getenv; read the variable in src/core (cpu_env) and pass it as kern_options_t" >&2
+    status=1
+fi
 if [ "$status" -ne 0 ]; then
-    echo "check-layers: wrong-way includes (rules: scripts/check-layers.sh, docs/ARCHITECTURE.md)" >&2
+    [ -n "$bad" ] && echo "check-layers: wrong-way includes (rules: scripts/check-layers.sh, docs/ARCHITECTURE.md)" >&2
     exit 1
 fi
 n=$(printf '%s\n' "$incs" | grep -c .)
-echo "check-layers: $n includes follow the layer table"
+echo "check-layers: $n includes follow the layer table; no getenv under src/kernels/"

@@ -106,12 +106,15 @@ int main(void) {
     for (int t = 0; t < TYPE_COUNT; t++) {
         const quant_traits_t *tr = quant_traits(t);
         const kern_ops_t *n = kern_ops(t, ISA_NEON), *s = kern_ops(t, ISA_SCALAR);
-        if (tr && tr->weight && (!n || n == s)) {
+        if (tr && tr->weight && (!n || !s || n->dot == s->dot)) {
             printf("no NEON kernel for %s\n", quant_name(t));
             missing++;
         }
     }
-    printf("neon=%d dotprod=%d isa=%s missing=%d\n", f->neon, f->dotprod, kern_isa_name(kern_isa_active()), missing);
+    const kern_options_t o = kern_options();
+    /* sdot: the kernel options chose the SDOT builds (they must where the CPU has it) */
+    printf("neon=%d dotprod=%d isa=%s missing=%d sdot=%d\n", f->neon, f->dotprod, kern_isa_name(o.isa), missing,
+           o.dotprod);
     return 0;
 }
 EOF
@@ -144,6 +147,11 @@ for cpu in $CPUS; do
   got=$(echo "$probe" | sed -n 's/.*dotprod=\([01]\).*/\1/p')
   if [ "$want" != "?" ] && [ "$got" != "$want" ]; then
     echo "test-aarch64: -cpu $cpu: dotprod=$got, expected $want"
+    exit 1
+  fi
+  sdot=$(echo "$probe" | sed -n 's/.*sdot=\([01]\).*/\1/p')
+  if [ "$sdot" != "$got" ]; then
+    echo "test-aarch64: -cpu $cpu: the kernel options say sdot=$sdot where the CPU says dotprod=$got"
     exit 1
   fi
   case "$probe" in *dotprod=1*) path="SDOT kernels" ;; *) path="plain NEON kernels" ;; esac

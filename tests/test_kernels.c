@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/common.h"
+#include "core/cpu.h"
 #include "kernels/kernels.h"
 
 #define MAX_THREADS 8
@@ -70,6 +71,14 @@ static int isas(kern_isa_t *out) {
         for (int i = ISA_AVX2; i <= (int)best; i++) out[n++] = (kern_isa_t)i;
     }
     return n;
+}
+
+/* Tests choose kernels the way benchmarks do: through kern_configure,
+ * keeping the active sub-feature options. */
+static void set_isa(kern_isa_t isa) {
+    kern_options_t o = kern_options();
+    o.isa = isa;
+    kern_configure(&o);
 }
 
 static void randn(float *x, int64_t n, float sigma) {
@@ -209,13 +218,80 @@ static void test_isa_names_and_set(void **state) {
     assert_int_equal(kern_isa_from_name("sse9"), -1);
     assert_int_equal(kern_isa_from_name(NULL), -1);
     kern_isa_t prev = kern_isa_active();
-    kern_isa_set(ISA_SCALAR);
+    set_isa(ISA_SCALAR);
     assert_int_equal(kern_isa_active(), ISA_SCALAR);
     /* An ISA this CPU lacks is clamped to the best one it has. */
     kern_isa_t foreign = kern_isa_best() == ISA_NEON ? ISA_AVX2 : ISA_NEON;
-    kern_isa_set(foreign);
+    set_isa(foreign);
     assert_int_equal(kern_isa_active(), kern_isa_best());
-    kern_isa_set(prev);
+    set_isa(prev);
+}
+
+/* The options: the defaults hold only what the CPU has, less what the
+ * environment turns off (test_kernels_plain runs with TERN_NO_AVXVNNI and
+ * TERN_NO_VBMI set); kern_configure drops what the CPU lacks; the table
+ * follows the options, and the sub-feature variants give the same bits. */
+static void test_options(void **state) {
+    (void)state;
+    const cpu_features_t *f = cpu_features();
+    const kern_options_t prev = kern_options(), def = kern_options_default();
+    assert_true(!def.avxvnni || (f->avxvnni && getenv("TERN_NO_AVXVNNI") == NULL));
+    assert_true(!def.vbmi || (f->avx512vbmi && f->gfni && getenv("TERN_NO_VBMI") == NULL));
+    assert_true(!def.dotprod || f->dotprod);
+    if (f->avxvnni) assert_int_equal(def.avxvnni, getenv("TERN_NO_AVXVNNI") == NULL);
+    if (f->avx512vbmi && f->gfni) assert_int_equal(def.vbmi, getenv("TERN_NO_VBMI") == NULL);
+    kern_options_t all = {.isa = kern_isa_best(), .avxvnni = true, .vbmi = true, .dotprod = true};
+    kern_configure(&all);
+    const kern_options_t got = kern_options();
+    assert_int_equal(got.isa, kern_isa_best());
+    assert_int_equal(got.avxvnni, f->avxvnni);
+    assert_int_equal(got.vbmi, f->avx512vbmi && f->gfni);
+    assert_int_equal(got.dotprod, f->dotprod);
+    /* Every weight type has a whole entry at every ISA (fallback resolved). */
+    int types[TYPE_COUNT];
+    const int nt = weight_types(types);
+    for (int i = 0; i < ISA_COUNT; i++)
+        for (int t = 0; t < nt; t++) {
+            const kern_ops_t *o = kern_ops(types[t], (kern_isa_t)i);
+            assert_non_null(o);
+            assert_non_null(o->dot);
+            assert_non_null(o->act);
+        }
+    if (kern_isa_best() == ISA_AVX512 && got.vbmi) {
+        /* VBMI on and off: other kernels, the same bits. */
+        const kern_ops_t with = *kern_ops(TYPE_Q4_0, ISA_AVX512);
+        kern_options_t plain = all;
+        plain.vbmi = false;
+        kern_configure(&plain);
+        const kern_ops_t *without = kern_ops(TYPE_Q4_0, ISA_AVX512);
+        assert_true(with.dot != without->dot && with.rows != without->rows && with.gemm != without->gemm);
+        tmat_t a;
+        const int64_t rows = 67, k = 32 * 37, n = 7;
+        tmat_make(&a, TYPE_Q4_0, rows, k);
+        float *x = malloc(sizeof(float) * (size_t)(k * n));
+        float *y0 = malloc(sizeof(float) * (size_t)(rows * n)), *y1 = malloc(sizeof(float) * (size_t)(rows * n));
+        float v0[67], v1[67];
+        assert_non_null(x);
+        assert_non_null(y0);
+        assert_non_null(y1);
+        randn(x, k * n, 1.0f);
+        tern_error_t err = {0};
+        check_ok(kern_gemm(g_pools[2], &a.m, n, x, k, y0, rows, &err), &err, "gemm");
+        check_ok(kern_matvec(g_pools[2], &a.m, x, v0, &err), &err, "matvec");
+        kern_configure(&all);
+        check_ok(kern_gemm(g_pools[2], &a.m, n, x, k, y1, rows, &err), &err, "gemm");
+        check_ok(kern_matvec(g_pools[2], &a.m, x, v1, &err), &err, "matvec");
+        assert_bits_equal(y1, y0, rows * n, "gemm vbmi vs plain", TYPE_Q4_0, ISA_AVX512, 0);
+        assert_bits_equal(v1, v0, rows, "matvec vbmi vs plain", TYPE_Q4_0, ISA_AVX512, 0);
+        free(x), free(y0), free(y1);
+        tmat_free(&a);
+    } else {
+        print_message("no AVX-512 VBMI + GFNI here: the VBMI option is not exercised\n");
+    }
+    kern_configure(&prev);
+    const kern_options_t back = kern_options();
+    assert_true(back.isa == prev.isa && back.avxvnni == prev.avxvnni && back.vbmi == prev.vbmi &&
+                back.dotprod == prev.dotprod);
 }
 
 /* ---- matvec family across threads, formats and ISAs ------------------- */
@@ -254,7 +330,7 @@ static void test_matvec_family_threads(void **state) {
         for (int ii = 0; ii < ni; ii++) {
             const kern_isa_t isa = is[ii];
             require_ops(type, isa);
-            kern_isa_set(isa);
+            set_isa(isa);
             /* References at one thread. */
             check_ok(kern_matvec(g_pools[1], &a.m, x, y_ref, &err), &err, "matvec");
             check_vs_f64(&a, x, y_ref, "matvec", isa);
@@ -306,7 +382,7 @@ static void test_matvec_family_threads(void **state) {
         free(x), free(y_ref), free(y), free(y2_ref), free(y2), free(g_ref), free(g);
         tmat_free(&a), tmat_free(&b), tmat_free(&c);
     }
-    kern_isa_set(prev);
+    set_isa(prev);
 }
 
 /* Every ISA against the scalar kernels of the same format. Integer dot
@@ -328,10 +404,10 @@ static void test_isa_vs_scalar(void **state) {
     for (int ti = 0; ti < nt; ti++) {
         tmat_t a;
         tmat_make(&a, types[ti], rows, k);
-        kern_isa_set(ISA_SCALAR);
+        set_isa(ISA_SCALAR);
         check_ok(kern_matvec(NULL, &a.m, x, ys, &err), &err, "matvec");
         for (int ii = 1; ii < ni; ii++) {
-            kern_isa_set(is[ii]);
+            set_isa(is[ii]);
             check_ok(kern_matvec(g_pools[2], &a.m, x, y, &err), &err, "matvec");
             check_vs_f64(&a, x, y, "matvec", is[ii]);
             for (int64_t r = 0; r < rows; r++) {
@@ -345,7 +421,7 @@ static void test_isa_vs_scalar(void **state) {
         tmat_free(&a);
     }
     free(x), free(ys), free(y);
-    kern_isa_set(prev);
+    set_isa(prev);
 }
 
 /* Odd shapes: one row, one block per row, rows not a multiple of 16, a
@@ -372,7 +448,7 @@ static void test_odd_shapes(void **state) {
                   *yn = malloc(sizeof(float) * rows);
             randn(x, k, 0.5f);
             for (int ii = 0; ii < ni; ii++) {
-                kern_isa_set(is[ii]);
+                set_isa(is[ii]);
                 check_ok(kern_matvec(g_pools[1], &a.m, x, y1, &err), &err, "matvec");
                 check_vs_f64(&a, x, y1, "odd shape matvec", is[ii]);
                 for (int n = 2; n <= MAX_THREADS; n += 3) {
@@ -384,7 +460,7 @@ static void test_odd_shapes(void **state) {
             tmat_free(&a);
         }
     }
-    kern_isa_set(prev);
+    set_isa(prev);
 }
 
 /* GEMM against matvec over the shapes that stress a format's own GEMM
@@ -423,7 +499,7 @@ static void test_gemm_vs_matvec(void **state) {
             memset(x + 2 * ldx, 0, sizeof(float) * (size_t)k);          /* column 2: zeros */
             for (int64_t i = 0; i < k; i++) x[3 * ldx + i] *= 3000.0f; /* column 3: large */
             for (int ii = 0; ii < ni; ii++) {
-                kern_isa_set(is[ii]);
+                set_isa(is[ii]);
                 for (size_t nn = 0; nn < sizeof ns / sizeof ns[0]; nn++) {
                     const int64_t n = ns[nn];
                     if (tu_quick() && nn == 1) continue;
@@ -448,7 +524,7 @@ static void test_gemm_vs_matvec(void **state) {
             tmat_free(&a);
         }
     }
-    kern_isa_set(prev);
+    set_isa(prev);
 }
 
 /* The x86 kernels of every weight format follow one float order in AVX2
@@ -483,7 +559,7 @@ static void test_x86_isas_agree(void **state) {
             g[v] = malloc(sizeof(float) * (size_t)(rows * n));
             assert_non_null(y[v]);
             assert_non_null(g[v]);
-            kern_isa_set(v ? ISA_AVX512 : ISA_AVX2);
+            set_isa(v ? ISA_AVX512 : ISA_AVX2);
             check_ok(kern_matvec(g_pools[2], &a.m, x, y[v], &err), &err, "matvec");
             check_ok(kern_gemm(g_pools[2], &a.m, n, x, k, g[v], rows, &err), &err, "gemm");
         }
@@ -493,7 +569,7 @@ static void test_x86_isas_agree(void **state) {
         free(x);
         tmat_free(&a);
     }
-    kern_isa_set(prev);
+    set_isa(prev);
 }
 
 /* Row strides larger than a row (a view into a wider buffer) work; rows of
@@ -661,7 +737,7 @@ static void test_attention(void **state) {
             double *ref = malloc(sizeof(double) * hd);
             randn(q, qn, 1.0f);
             for (int ii = 0; ii < ni; ii++) {
-                kern_isa_set(is[ii]);
+                set_isa(is[ii]);
                 check_ok(kern_attention(g_pools[1], &c.a, pos0, nq, q, o1, &err), &err, "attention");
                 /* float64 reference: softmax weights sum to 1, so the error
                  * is relative to the largest |v|, which is about 4.5 here. */
@@ -693,7 +769,7 @@ static void test_attention(void **state) {
             tcache_free(&c);
         }
     }
-    kern_isa_set(prev);
+    set_isa(prev);
 }
 
 static void test_attention_bad_arguments(void **state) {
@@ -842,6 +918,7 @@ int main(void) {
         cmocka_unit_test(test_pools_have_threads),
         cmocka_unit_test(test_every_format_registered),
         cmocka_unit_test(test_isa_names_and_set),
+        cmocka_unit_test(test_options),
         cmocka_unit_test(test_matvec_family_threads),
         cmocka_unit_test(test_isa_vs_scalar),
         cmocka_unit_test(test_odd_shapes),

@@ -9,7 +9,7 @@
  *  - every dot (scalar and each SIMD ISA the CPU has) against a float64 dot
  *    of the dequantized values; SIMD against scalar exactly where the float
  *    arithmetic is exact (so only integer work is compared); multi-column
- *    and multi-row (kquant_dot_rows) calls bit-identical to one-row,
+ *    and multi-row (the entries' rows functions) calls bit-identical to one-row,
  *    one-column calls; SIMD activation quantizers byte-identical to the
  *    scalar one;
  *  - the AVX2 GEMMs, plain and AVX-VNNI: every (row, column) the bits of
@@ -314,7 +314,8 @@ static int isa_supported(int isa) {
     switch (isa) {
     case ISA_SCALAR: return 1;
     case ISA_AVX2: return f->avx2 && f->fma && f->f16c;
-    case ISA_AVX512: return f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni;
+    case ISA_AVX512:
+        return f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni;
     case ISA_NEON: return f->neon;
     default: return 0;
     }
@@ -323,9 +324,10 @@ static int isa_supported(int isa) {
 static int setup(void **state) {
     (void)state;
     memset(g_tab, 0, sizeof g_tab);
-    kern_register_kquant(g_tab);
+    const kern_options_t o = kern_options(); /* the active sub-features */
+    kern_register_kquant(g_tab, &o);
 #if defined(__aarch64__)
-    kquant_register_neon(g_tab); /* after the scalar column: it reuses the scalar act fn */
+    kquant_register_neon(g_tab, &o); /* after the scalar column: it reuses the scalar act fn */
 #endif
     for (int isa = ISA_AVX2; isa < ISA_COUNT; isa++)
         if (!isa_supported(isa)) print_message("NOTE: CPU lacks %s: its K kernels are not tested here\n",
@@ -539,10 +541,9 @@ static void test_dot_rows_match_dot(void **state) {
             assert_int_equal(quant_quantize_row(type, x, w + (size_t)r * rb, k), 0);
             free(x);
         }
-        assert_null(kquant_dot_rows(TYPE_Q8_0, ISA_SCALAR));
         for (int isa = 0; isa < ISA_COUNT; isa++) {
             if (!isa_supported(isa) || isa == ISA_NEON) continue; /* NEON has no rows kernels */
-            kquant_dot_rows_fn rows = kquant_dot_rows(type, (kern_isa_t)isa);
+            const kern_rows_fn rows = g_tab[type][isa].rows;
             kern_dot_fn dot = g_tab[type][isa].dot;
             assert_non_null(rows);
             float ref[9][KERN_MAX_COLS + 1];
@@ -574,8 +575,8 @@ static void test_dot_rows_match_dot(void **state) {
 /* ---- GEMM (kern_gemm_t): plain AVX2 and AVX-VNNI ------------------------- */
 
 /* The AVX2 GEMMs of the K formats come in two builds, plain AVX2 and
- * AVX-VNNI (kquant_avx2.c picks at registration; TERN_NO_AVXVNNI turns the
- * latter off). Both form the same exact integers per super-block and take
+ * AVX-VNNI (kquant_avx2_matvec.c picks at registration by kern_options_t.avxvnni,
+ * which TERN_NO_AVXVNNI turns off). Both form the same exact integers per super-block and take
  * the same float steps, so each must give, for every (row, column), the bits
  * of the AVX2 dot (so of each other), within the dot tolerance of the
  * float64 value and of the scalar oracle. Shapes: rows around the 3-row
@@ -587,10 +588,12 @@ static void test_avx2_gemm_vnni_same(void **state) {
     (void)state;
 #if defined(__x86_64__)
     if (!isa_supported(ISA_AVX2)) return;
-    const bool vnni = cpu_features()->avxvnni && getenv("TERN_NO_AVXVNNI") == NULL;
+    const bool vnni = kern_options().avxvnni;
     if (!vnni) print_message("no AVX-VNNI here (or TERN_NO_AVXVNNI set): both tables hold the same GEMMs\n");
     static kern_table_t plain;
-    tu_register_with_env("TERN_NO_AVXVNNI", "1", kern_register_kquant, plain);
+    kern_options_t no_vnni = kern_options();
+    no_vnni.avxvnni = false;
+    kern_register_kquant(plain, &no_vnni);
     static const int64_t shapes[][3] = {{1, 1, 1},  {2, 1, 5},   {4, 3, 8},   {5, 5, 11},
                                         {13, 17, 23}, {7, 4, 16}, {3, 2, 9}, {13, 64, 40}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {

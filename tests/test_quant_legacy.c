@@ -31,10 +31,11 @@ static kern_table_t g_tab;
 static int setup(void **state) {
     (void)state;
     memset(g_tab, 0, sizeof(g_tab));
-    kern_register_float(g_tab);
-    kern_register_legacy(g_tab);
+    const kern_options_t o = kern_options(); /* the active sub-features */
+    kern_register_float(g_tab, &o);
+    kern_register_legacy(g_tab, &o);
 #if defined(__aarch64__)
-    legacy_register_neon(g_tab); /* after the scalar column: it reuses the scalar act fns */
+    legacy_register_neon(g_tab, &o); /* after the scalar column: it reuses the scalar act fns */
 #endif
     return 0;
 }
@@ -55,7 +56,8 @@ static bool isa_ok(kern_isa_t isa) {
     switch (isa) {
     case ISA_SCALAR: return true;
     case ISA_AVX2: return f->avx2 && f->fma && f->f16c;
-    case ISA_AVX512: return f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni;
+    case ISA_AVX512:
+        return f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni;
     case ISA_NEON: return f->neon;
     default: return false;
     }
@@ -703,7 +705,7 @@ static void test_dot_multicol_bitexact(void **state) {
 
 /* ---- multi-row == one row, bit for bit ----------------------------------- */
 
-/* The rows function found for each table entry: 1..KERN_MAX_ROWS rows (each
+/* The rows function of each table entry: 1..KERN_MAX_ROWS rows (each
  * its own weights at its own address) x 1..3 columns (3: the row-by-row
  * path) against the entry's dot on each row alone. */
 static void check_rows_table(kern_table_t tab, const char *what, uint64_t *seed) {
@@ -716,7 +718,7 @@ static void check_rows_table(kern_table_t tab, const char *what, uint64_t *seed)
             const int64_t k = is_float_type(type) ? fks[ki] : bks[ki];
             for (int isa = 0; isa < ISA_COUNT; isa++) {
                 if (!tab[type][isa].dot || !isa_usable((kern_isa_t)isa)) continue;
-                const kern_rows_fn rows = legacy_rows_for(tab[type][isa].dot);
+                const kern_rows_fn rows = tab[type][isa].rows;
                 if (!rows) continue;
                 dotcase_t dc[KERN_MAX_ROWS];
                 const void *w[KERN_MAX_ROWS];
@@ -751,30 +753,33 @@ static void test_dot_rows_bitexact(void **state) {
 #if defined(__x86_64__)
     /* The non-VBMI block kernels have their own rows functions. */
     static kern_table_t plain;
-    setenv("TERN_NO_VBMI", "1", 1);
-    kern_register_float(plain);
-    kern_register_legacy(plain);
-    unsetenv("TERN_NO_VBMI");
+    kern_options_t no_vbmi = kern_options();
+    no_vbmi.vbmi = false;
+    kern_register_float(plain, &no_vbmi);
+    kern_register_legacy(plain, &no_vbmi);
     check_rows_table(plain, "no-VBMI", &seed);
     /* Where AVX2 / AVX-512 run, every format has a rows kernel there, and the
-     * dispatcher hands out the one matching its dot. */
+     * dispatcher hands out the entry the register functions filled (its
+     * options are the ones setup used). */
     for (int isa = ISA_AVX2; isa <= ISA_AVX512; isa++) {
         if (!isa_usable((kern_isa_t)isa)) continue;
         for (int t = 0; t < N_WEIGHT_TYPES; t++) {
             const int type = k_weight_types[t];
-            assert_non_null(legacy_rows_for(g_tab[type][isa].dot));
-            assert_true(kern_rows(type, (kern_isa_t)isa) == legacy_rows_for(kern_ops(type, (kern_isa_t)isa)->dot));
+            const kern_ops_t *o = kern_ops(type, (kern_isa_t)isa);
+            assert_non_null(g_tab[type][isa].rows);
+            assert_non_null(o);
+            assert_true(o->dot == g_tab[type][isa].dot && o->rows == g_tab[type][isa].rows &&
+                        o->act == g_tab[type][isa].act && o->gemm == g_tab[type][isa].gemm);
         }
     }
 #endif
     /* The scalar dots have none (the rows API is for memory parallelism). */
-    for (int t = 0; t < N_WEIGHT_TYPES; t++) assert_null(legacy_rows_for(g_tab[k_weight_types[t]][ISA_SCALAR].dot));
-    assert_null(legacy_dot_rows(TYPE_Q4_K, ISA_SCALAR));
+    for (int t = 0; t < N_WEIGHT_TYPES; t++) assert_null(g_tab[k_weight_types[t]][ISA_SCALAR].rows);
 }
 
 /* The AVX-512 block kernels come in two builds, with and without
- * AVX512-VBMI + GFNI (legacy_avx512.c picks at registration; TERN_NO_VBMI
- * turns them off). They differ only in how the weights are decoded, so they
+ * AVX512-VBMI + GFNI (legacy_avx512_matvec.c picks at registration by
+ * kern_options_t.vbmi, which TERN_NO_VBMI turns off). They differ only in how the weights are decoded, so they
  * must agree bit for bit; on a CPU without both extensions both tables hold
  * the same kernel and this checks nothing, which it says. */
 static void test_avx512_vbmi_same(void **state) {
@@ -784,12 +789,12 @@ static void test_avx512_vbmi_same(void **state) {
         print_message("no AVX-512 here: VBMI comparison not run\n");
         return;
     }
-    if (!__builtin_cpu_supports("avx512vbmi") || !__builtin_cpu_supports("gfni"))
-        print_message("no AVX512-VBMI + GFNI here: both tables hold the same kernels\n");
+    if (!kern_options().vbmi)
+        print_message("no AVX512-VBMI + GFNI here (or TERN_NO_VBMI set): both tables hold the same kernels\n");
     static kern_table_t plain;
-    setenv("TERN_NO_VBMI", "1", 1);
-    kern_register_legacy(plain);
-    unsetenv("TERN_NO_VBMI");
+    kern_options_t no_vbmi = kern_options();
+    no_vbmi.vbmi = false;
+    kern_register_legacy(plain, &no_vbmi);
     uint64_t seed = 4242;
     const int block_types[] = {TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_Q8_0};
     for (int t = 0; t < 5; t++) {
@@ -817,8 +822,8 @@ static void test_avx512_vbmi_same(void **state) {
 /* ---- GEMM (kern_gemm_t): plain AVX2 and AVX-VNNI ----------------------- */
 
 /* The AVX2 GEMMs of the block formats come in two builds, plain AVX2 and
- * AVX-VNNI (legacy_avx2.c picks at registration; TERN_NO_AVXVNNI turns the
- * latter off). Both form the same exact integer block sums and take the
+ * AVX-VNNI (legacy_avx2_matvec.c picks at registration by kern_options_t.avxvnni,
+ * which TERN_NO_AVXVNNI turns off). Both form the same exact integer block sums and take the
  * same float steps, so they must agree bit for bit with each other and
  * with the AVX2 dot of every (row, column), and stay within the dot
  * tolerance of the exact value and of the scalar oracle. Shapes: rows
@@ -829,10 +834,12 @@ static void test_avx2_gemm_vnni_same(void **state) {
     (void)state;
 #if defined(__x86_64__)
     if (!isa_usable(ISA_AVX2)) return;
-    const bool vnni = cpu_features()->avxvnni && getenv("TERN_NO_AVXVNNI") == NULL;
+    const bool vnni = kern_options().avxvnni;
     if (!vnni) print_message("no AVX-VNNI here (or TERN_NO_AVXVNNI set): both tables hold the same GEMMs\n");
     static kern_table_t plain;
-    tu_register_with_env("TERN_NO_AVXVNNI", "1", kern_register_legacy, plain);
+    kern_options_t no_vnni = kern_options();
+    no_vnni.avxvnni = false;
+    kern_register_legacy(plain, &no_vnni);
     uint64_t seed = 7117;
     const int block_types[] = {TYPE_Q4_0, TYPE_Q4_1, TYPE_Q5_0, TYPE_Q5_1, TYPE_Q8_0};
     const int64_t shapes[][3] = {{1, 32, 5}, {5, 32 * 5, 16}, {13, 32 * 37, 17}, {7, 4096, 40}, {4, 32 * 6, 33}};

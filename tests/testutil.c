@@ -110,14 +110,3 @@ void tu_run_gemm(const kern_gemm_t *g, int64_t k, const uint8_t *w, size_t row_b
     free(xg);
     free(scratch);
 }
-
-void tu_register_with_env(const char *name, const char *value, void (*reg)(kern_table_t), kern_table_t t) {
-    const char *cur = getenv(name);
-    char *prev = cur ? strdup(cur) : NULL;
-    assert_true(cur == NULL || prev != NULL);
-    assert_int_equal(setenv(name, value, 1), 0);
-    reg(t);
-    if (prev) setenv(name, prev, 1);
-    else unsetenv(name);
-    free(prev);
-}

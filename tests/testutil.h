@@ -36,10 +36,6 @@ char *tu_read_file(const char *path, size_t *len);
 uint64_t tu_rand(uint64_t *state);
 float tu_randn(uint64_t *state); /* approx. standard normal */
 
-/* Fill t with reg (a kernel family's register function) while the
- * environment variable name is set to value (e.g. TERN_NO_AVXVNNI=1 for the
- * plain kernels), then restore the variable as it was. */
-void tu_register_with_env(const char *name, const char *value, void (*reg)(kern_table_t), kern_table_t t);
 /* A kernel table entry's GEMM (kern_gemm_t) run as the driver runs it: prep
  * per group of KERN_GEMM_GROUP columns (64-aligned group stride), then run
  * over all rows with a 64-aligned scratch. Activation column c at a + c *

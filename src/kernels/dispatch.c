@@ -1,46 +1,34 @@
 /*
- * dispatch.c - the kernel table: which dot / activation-quantizer function
- * serves each (weight type, ISA), and which ISA is active.
+ * dispatch.c - the kernel table: which kernels serve each (weight type,
+ * ISA), and the active options (ISA and CPU sub-features).
  *
- * The table is filled once (pthread_once) by the three per-family register
- * functions (quant_legacy / {ref,x86,arm}/legacy_*: F32 F16 BF16 and the
- * 32-blocks; quant_k / {ref,x86,arm}/kquant_*: the K formats). Lookups fall back
- * from the requested ISA to lower ones, so a family may provide only a
- * scalar entry and still serve every ISA. The active ISA is the best one the
- * CPU supports, or TERN_ISA, or whatever kern_isa_set chose last; it is an
- * atomic, so a change is seen by every thread at its next driver call.
+ * The register functions of the families (ref/legacy_ref.c: F32 F16 BF16 and
+ * the 32-blocks; ref/kquant_ref.c: the K formats; each calls its SIMD files'
+ * own, and arm/ the NEON ones) fill a raw table for one set of options.
+ * This file is the one reader of it: it drops the ISAs the CPU cannot run
+ * and resolves the fallback from an ISA to lower ones, once, into a
+ * resolved table where every (type, ISA) slot already holds the entry that
+ * serves it. A family may so provide only a scalar entry and still serve
+ * every ISA, and kern_ops is one indexed load.
+ *
+ * A configuration is (ISA, sub-feature bits); the resolved table depends
+ * only on the bits. Both are built on first use under a mutex, never
+ * changed afterwards, and published through an atomic pointer, so
+ * kern_configure is seen by every thread at its next driver call while
+ * calls in flight keep the entries they read.
  */
 #include <pthread.h>
 #include <stdatomic.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 #include "core/common.h"
 #include "core/cpu.h"
-#include "kernels/kernels.h"
-#include "kernels/kquant.h"
-#include "kernels/legacy.h"
 #include "kernels/arm/neon.h"
+#include "kernels/kernels.h"
+#include "kernels/legacy.h"
 
-static kern_table_t g_table;
-static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;
-
-static void table_fill(void) {
-    kern_register_float(g_table);
-    kern_register_legacy(g_table);
-    kern_register_kquant(g_table);
-#if defined(__aarch64__)
-    /* After the scalar column: the NEON entries reuse its act fns. */
-    legacy_register_neon(g_table);
-    kquant_register_neon(g_table);
-#endif
-    /* A family must not claim an ISA the CPU cannot run: drop such entries
-     * here rather than trusting every register function to check. */
-    kern_isa_t best = kern_isa_best();
-    for (int t = 0; t < TYPE_COUNT; t++)
-        for (int i = (int)best + 1; i < ISA_COUNT; i++) g_table[t][i] = (kern_ops_t){NULL, NULL, NULL};
-}
+/* ---- ISAs --------------------------------------------------------------- */
 
 static const char *const g_isa_names[ISA_COUNT] = {"scalar", "avx2", "avx512", "neon"};
 
@@ -59,8 +47,7 @@ kern_isa_t kern_isa_best(void) {
     const cpu_features_t *f = cpu_features();
     if (f->neon) return ISA_NEON;
     bool avx2 = f->avx2 && f->fma && f->f16c;
-    /* DQ is not probed by cpu.h; every CPU with AVX512-VNNI has it. */
-    if (avx2 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni) return ISA_AVX512;
+    if (avx2 && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq && f->avx512vnni) return ISA_AVX512;
     if (avx2) return ISA_AVX2;
     return ISA_SCALAR;
 }
@@ -71,59 +58,165 @@ static bool isa_supported(kern_isa_t isa) {
     kern_isa_t best = kern_isa_best();
     if (isa == ISA_SCALAR) return true;
     if (best == ISA_NEON) return isa == ISA_NEON;
-    return isa != ISA_NEON && isa <= best;
+    return (unsigned)isa < ISA_COUNT && isa != ISA_NEON && isa <= best;
 }
 
-static _Atomic int g_active = -1; /* -1: not decided yet */
-static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
+/* ---- options ------------------------------------------------------------ */
 
-static void active_from_env(void) {
-    kern_isa_t isa = kern_isa_best();
-    const char *env = getenv("TERN_ISA");
-    if (env && *env) {
-        int want = kern_isa_from_name(env);
-        if (want < 0) {
-            tern_log(TERN_LOG_WARN, "TERN_ISA=%s is not one of scalar|avx2|avx512|neon; using %s", env,
-                    kern_isa_name(isa));
-        } else if (!isa_supported((kern_isa_t)want)) {
-            tern_log(TERN_LOG_WARN, "TERN_ISA=%s is not supported by this CPU; using %s", env,
-                    kern_isa_name(isa));
-        } else {
-            isa = (kern_isa_t)want;
+/* The sub-feature bits of a configuration. */
+enum { SUB_AVXVNNI = 1, SUB_VBMI = 2, SUB_DOTPROD = 4, SUB_COMBOS = 8 };
+
+static unsigned sub_bits(const kern_options_t *o) {
+    return (o->avxvnni ? SUB_AVXVNNI : 0u) | (o->vbmi ? SUB_VBMI : 0u) | (o->dotprod ? SUB_DOTPROD : 0u);
+}
+
+/* o with the sub-features the CPU lacks dropped, the ISA clamped. */
+static kern_options_t options_usable(const kern_options_t *o, bool warn) {
+    const cpu_features_t *f = cpu_features();
+    kern_options_t u = *o;
+    u.avxvnni = o->avxvnni && f->avxvnni;
+    u.vbmi = o->vbmi && f->avx512vbmi && f->gfni;
+    u.dotprod = o->dotprod && f->dotprod;
+    if (!isa_supported(o->isa)) {
+        u.isa = kern_isa_best();
+        if (warn)
+            tern_log(TERN_LOG_WARN, "ISA %s is not supported by this CPU; using %s", kern_isa_name(o->isa),
+                     kern_isa_name(u.isa));
+    }
+    return u;
+}
+
+/* TERN_ISA as an ISA this CPU runs, or -1; parsed (and warned about) once. */
+static int g_env_isa = -1;
+static pthread_once_t g_env_isa_once = PTHREAD_ONCE_INIT;
+
+static void env_isa_parse(void) {
+    const char *name = cpu_env()->isa;
+    if (!name) return;
+    const int want = kern_isa_from_name(name);
+    if (want < 0)
+        tern_log(TERN_LOG_WARN, "TERN_ISA=%s is not one of scalar|avx2|avx512|neon; using %s", name,
+                 kern_isa_name(kern_isa_best()));
+    else if (!isa_supported((kern_isa_t)want))
+        tern_log(TERN_LOG_WARN, "TERN_ISA=%s is not supported by this CPU; using %s", name,
+                 kern_isa_name(kern_isa_best()));
+    else
+        g_env_isa = want;
+}
+
+kern_options_t kern_options_default(void) {
+    const cpu_features_t *f = cpu_features();
+    const cpu_env_t *env = cpu_env();
+    pthread_once(&g_env_isa_once, env_isa_parse);
+    return (kern_options_t){.isa = g_env_isa >= 0 ? (kern_isa_t)g_env_isa : kern_isa_best(),
+                            .avxvnni = f->avxvnni && !env->no_avxvnni,
+                            .vbmi = f->avx512vbmi && f->gfni && !env->no_vbmi,
+                            .dotprod = f->dotprod};
+}
+
+/* ---- tables and configurations ------------------------------------------ */
+
+typedef struct {
+    kern_ops_t ops[TYPE_COUNT][ISA_COUNT]; /* resolved: fallback done, unsupported ISAs clamped */
+} resolved_t;
+
+typedef struct {
+    kern_options_t opt;
+    const resolved_t *tab;
+} config_t;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static resolved_t g_tabs[SUB_COMBOS];      /* written once under g_mu, then read only */
+static bool g_tab_built[SUB_COMBOS];       /* under g_mu */
+static config_t g_cfgs[ISA_COUNT][SUB_COMBOS];
+static bool g_cfg_built[ISA_COUNT][SUB_COMBOS];
+static _Atomic(const config_t *) g_cur;    /* NULL: not decided yet */
+static pthread_once_t g_default_once = PTHREAD_ONCE_INIT;
+
+/* The one place the raw table is filled and read. o is usable. */
+static void table_build(resolved_t *r, const kern_options_t *o) {
+    static kern_table_t raw; /* under g_mu */
+    memset(raw, 0, sizeof raw);
+    kern_register_float(raw, o);
+    kern_register_legacy(raw, o);
+    kern_register_kquant(raw, o);
+#if defined(__aarch64__)
+    /* After the scalar column: the NEON entries reuse its act fns. */
+    legacy_register_neon(raw, o);
+    kquant_register_neon(raw, o);
+#endif
+    const kern_isa_t best = kern_isa_best();
+    for (int t = 0; t < TYPE_COUNT; t++) {
+        for (int isa = 0; isa < ISA_COUNT; isa++) {
+            r->ops[t][isa] = (kern_ops_t){0};
+            /* An ISA the CPU lacks is served as the best one; NEON falls
+             * back straight to scalar, x86 ISAs step down the chain. A
+             * family must not claim an ISA the CPU cannot run, so entries
+             * above best are never read. */
+            int i = isa_supported((kern_isa_t)isa) ? isa : (int)best;
+            for (;;) {
+                const kern_ops_t *e = &raw[t][i];
+                if (e->dot && e->act) {
+                    r->ops[t][isa] = *e;
+                    break;
+                }
+                if (i == ISA_SCALAR) break;
+                i = i == ISA_NEON ? ISA_SCALAR : i - 1;
+            }
         }
     }
-    int expected = -1;
-    /* kern_isa_set may have won the race; it takes precedence. */
-    atomic_compare_exchange_strong(&g_active, &expected, (int)isa);
+}
+
+/* The configuration of usable options u, built on first use. */
+static const config_t *config_get(const kern_options_t *u) {
+    const unsigned sb = sub_bits(u);
+    pthread_mutex_lock(&g_mu);
+    if (!g_tab_built[sb]) {
+        table_build(&g_tabs[sb], u);
+        g_tab_built[sb] = true;
+    }
+    config_t *c = &g_cfgs[u->isa][sb];
+    if (!g_cfg_built[u->isa][sb]) {
+        c->opt = *u;
+        c->tab = &g_tabs[sb];
+        g_cfg_built[u->isa][sb] = true;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return c;
+}
+
+static void config_default(void) {
+    const kern_options_t o = kern_options_default();
+    const kern_options_t u = options_usable(&o, false);
+    const config_t *expected = NULL;
+    /* kern_configure may have won the race; it takes precedence. */
+    atomic_compare_exchange_strong(&g_cur, &expected, config_get(&u));
+}
+
+static const config_t *config_cur(void) {
+    const config_t *c = atomic_load_explicit(&g_cur, memory_order_acquire);
+    if (c) return c;
+    pthread_once(&g_default_once, config_default);
+    return atomic_load_explicit(&g_cur, memory_order_acquire);
+}
+
+void kern_configure(const kern_options_t *o) {
+    const kern_options_t u = options_usable(o, true);
+    atomic_store_explicit(&g_cur, config_get(&u), memory_order_release);
+}
+
+kern_options_t kern_options(void) {
+    return config_cur()->opt;
 }
 
 kern_isa_t kern_isa_active(void) {
-    int a = atomic_load_explicit(&g_active, memory_order_relaxed);
-    if (a >= 0) return (kern_isa_t)a;
-    pthread_once(&g_env_once, active_from_env);
-    return (kern_isa_t)atomic_load(&g_active);
-}
-
-void kern_isa_set(kern_isa_t isa) {
-    if (!isa_supported(isa)) {
-        tern_log(TERN_LOG_WARN, "ISA %s is not supported by this CPU; using %s", kern_isa_name(isa),
-                kern_isa_name(kern_isa_best()));
-        isa = kern_isa_best();
-    }
-    atomic_store(&g_active, (int)isa);
+    return config_cur()->opt.isa;
 }
 
 const kern_ops_t *kern_ops(int type, kern_isa_t isa) {
     if (type < 0 || type >= TYPE_COUNT || (unsigned)isa >= ISA_COUNT) return NULL;
-    pthread_once(&g_table_once, table_fill);
-    if (!isa_supported(isa)) isa = kern_isa_best();
-    /* NEON falls back straight to scalar; x86 ISAs step down the chain. */
-    for (int i = (int)isa; i >= 0; i = (i == ISA_NEON) ? ISA_SCALAR : i - 1) {
-        const kern_ops_t *o = &g_table[type][i];
-        if (o->dot && o->act) return o;
-        if (i == ISA_SCALAR) break;
-    }
-    return NULL;
+    const kern_ops_t *o = &config_cur()->tab->ops[type][isa];
+    return o->dot ? o : NULL;
 }
 
 size_t kern_act_size(int type, int64_t k) {
@@ -135,16 +228,4 @@ size_t kern_act_size(int type, int64_t k) {
      * (legacy.h); everything else uses plain rows of the act type. */
     if (t->act_type == TYPE_Q8_0 || t->act_type == TYPE_Q8_1) return legacy_act_size(type, k);
     return quant_row_size(t->act_type, k);
-}
-
-kern_rows_fn kern_rows(int type, kern_isa_t isa) {
-    const kern_ops_t *o = kern_ops(type, isa);
-    if (!o) return NULL;
-    /* The ISA whose entry kern_ops chose, so rows and dot agree bit for bit. */
-    for (int i = 0; i < ISA_COUNT; i++)
-        if (&g_table[type][i] == o) {
-            kern_rows_fn r = kquant_dot_rows(type, (kern_isa_t)i);
-            return r ? r : legacy_dot_rows(type, (kern_isa_t)i);
-        }
-    return NULL;
 }

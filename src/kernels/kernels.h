@@ -15,6 +15,7 @@
 #ifndef TERN_KERNELS_H
 #define TERN_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -75,51 +76,76 @@ typedef struct {
                 void *scratch);
 } kern_gemm_t;
 
-typedef struct {
-    kern_dot_fn dot;  /* NULL: not available for this (type, isa) */
-    kern_act_fn act;
-    const kern_gemm_t *gemm; /* NULL: GEMM goes through dot */
-} kern_ops_t;
-
-/* The table, filled once by the per-family register functions below:
- * table[type][isa]. A family fills the entries it implements; the scalar
- * entry of every weight type must be filled (it is the oracle). */
-typedef kern_ops_t kern_table_t[TYPE_COUNT][ISA_COUNT];
-void kern_register_float(kern_table_t t);   /* F32, F16, BF16 */
-void kern_register_legacy(kern_table_t t);  /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 */
-void kern_register_kquant(kern_table_t t);  /* Q4_K, Q5_K, Q6_K */
-
-/* ISA: best the CPU supports, or TERN_ISA=scalar|avx2|avx512 (clamped to
- * what the CPU supports, with a warning on stderr).
- * ISA_AVX2 means AVX2 + FMA + F16C. ISA_AVX512 means AVX-512 F/BW/VL/DQ +
- * VNNI on top of that (the *_avx512.c files are compiled with those; a
- * register function using AVX512-BF16 instructions must itself check
- * cpu_features()->avx512bf16 before filling an entry with them). */
-kern_isa_t kern_isa_active(void);
-kern_isa_t kern_isa_best(void); /* best supported by this CPU */
-/* Tests and benchmarks: force an ISA for the whole process (all threads).
- * An ISA the CPU lacks is clamped to kern_isa_best() with a warning. */
-void kern_isa_set(kern_isa_t isa);
-const char *kern_isa_name(kern_isa_t isa);
-int kern_isa_from_name(const char *name); /* -1 if unknown */
-/* Ops of a weight type for an ISA, falling back to lower ISAs where an entry
- * is missing (an entry counts only with both dot and act set, since a dot
- * fn reads what its own act fn wrote); an ISA the CPU lacks is clamped to
- * kern_isa_best(). NULL when the type has no kernel at all. Thread-safe;
- * the table is filled on first use. */
-const kern_ops_t *kern_ops(int type, kern_isa_t isa);
-
 /* Several weight rows in one call, read block by block in lockstep, for
  * memory-bound matvecs: one sequential stream per core leaves bandwidth
  * unused, several far-apart streams do not. out[r * ncols + c] = dot(row
- * w[r], column c), bit-identical to the ops' dot of the same (type, isa).
+ * w[r], column c), bit-identical to the dot of the same entry.
  * 1 <= nrows <= KERN_MAX_ROWS. */
 #define KERN_MAX_ROWS 4
 typedef void (*kern_rows_fn)(int64_t k, const void *const *w, int nrows, const void *xa, size_t xa_stride,
                              int ncols, float *out);
-/* The rows function matching kern_ops(type, isa)'s dot, or NULL when the
- * format has none (then call the dot row by row). */
-kern_rows_fn kern_rows(int type, kern_isa_t isa);
+
+/* One entry of the kernel table: the kernels of one (weight format, ISA).
+ * rows and gemm compute exactly what dot computes (bit for bit) and read
+ * what act writes, so an entry is always used whole. */
+typedef struct {
+    kern_dot_fn dot;         /* NULL: not available for this (type, isa) */
+    kern_act_fn act;
+    kern_rows_fn rows;       /* NULL: the matvec calls dot row by row */
+    const kern_gemm_t *gemm; /* NULL: GEMM goes through dot */
+} kern_ops_t;
+
+/* The kernel choice, for the whole process: the ISA and the CPU
+ * sub-features the kernels of an ISA may use. The sub-features never change
+ * results (each variant computes the bits of the plain kernel), only speed;
+ * AMX joins them in the next issue. */
+typedef struct {
+    kern_isa_t isa; /* ISA of the drivers (kern_isa_active) */
+    bool avxvnni;   /* AVX2 GEMMs with AVX-VNNI (TERN_NO_AVXVNNI turns it off) */
+    bool vbmi;      /* AVX-512 32-block decode with AVX512-VBMI + GFNI (TERN_NO_VBMI) */
+    bool dotprod;   /* NEON kernels with the ARMv8.2 dot product */
+} kern_options_t;
+
+/* The defaults: the best ISA and every sub-feature the CPU has, less what
+ * the environment (cpu_env: TERN_ISA, TERN_NO_AVXVNNI, TERN_NO_VBMI) turns
+ * off; a TERN_ISA that is unknown or that the CPU lacks is logged (warning)
+ * and ignored. They are the active options until kern_configure. */
+kern_options_t kern_options_default(void);
+/* The active options (as kern_configure stored them). */
+kern_options_t kern_options(void);
+/* Set the options for the whole process (all threads see them at their
+ * next driver call); tests and benchmarks choose kernels this way. An ISA
+ * the CPU lacks is clamped to kern_isa_best() with a warning; sub-features
+ * the CPU lacks are dropped. Thread-safe. */
+void kern_configure(const kern_options_t *o);
+
+/* The table as the register functions fill it: table[type][isa]. Each
+ * family fills the entries it implements, according to o (whose
+ * sub-features must be ones the CPU has: pass kern_options() or
+ * kern_options_default(), possibly with features turned off); the scalar
+ * entry of every weight type must be filled (it is the oracle). They do
+ * not check the ISA: the table's owner (dispatch.c) drops ISAs the CPU
+ * cannot run. Tests call them to compare variants. */
+typedef kern_ops_t kern_table_t[TYPE_COUNT][ISA_COUNT];
+void kern_register_float(kern_table_t t, const kern_options_t *o);  /* F32, F16, BF16 */
+void kern_register_legacy(kern_table_t t, const kern_options_t *o); /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 */
+void kern_register_kquant(kern_table_t t, const kern_options_t *o); /* Q4_K, Q5_K, Q6_K */
+
+/* ISA_AVX2 means AVX2 + FMA + F16C. ISA_AVX512 means AVX-512 F/BW/VL/DQ +
+ * VNNI on top of that (the *_avx512*.c files are compiled with those; a
+ * register function using AVX512-BF16 instructions must itself check
+ * cpu_features()->avx512bf16 before filling an entry with them). */
+kern_isa_t kern_isa_active(void); /* kern_options().isa */
+kern_isa_t kern_isa_best(void);   /* best supported by this CPU */
+const char *kern_isa_name(kern_isa_t isa);
+int kern_isa_from_name(const char *name); /* -1 if unknown */
+/* The entry of a weight type for an ISA under the active options, falling
+ * back to lower ISAs where an entry is missing (an entry counts only with
+ * both dot and act set); an ISA the CPU lacks is clamped to
+ * kern_isa_best(). The fallback is resolved when the table is built, so
+ * this is one indexed load. NULL when the type has no kernel at all.
+ * Thread-safe; the table is built on first use. */
+const kern_ops_t *kern_ops(int type, kern_isa_t isa);
 
 /* Bytes of the quantized activation row for a weight type and row length:
  * a row of its traits' act_type (so 4k for the float formats). An act fn may
@@ -144,7 +170,7 @@ typedef struct {
  * allocation once it is large enough; kern_thread_release frees it), then the
  * rows go out in ONE pool dispatch (GEMM with many columns: one more
  * dispatch to quantize the columns in parallel). Kernels follow
- * kern_isa_active() at the time of the call. */
+ * kern_options() at the time of the call. */
 
 /* y[r] = W[r] . x for all rows. */
 int kern_matvec(tern_pool_t *pool, const kern_mat_t *w, const float *x, float *y, tern_error_t *err);

@@ -1,7 +1,8 @@
 /*
  * kquant.h - private to the K-format kernels (Q4_K, Q5_K, Q6_K weights x
  * Q8_K activations): kquant_ref.c (scalar oracle and
- * kern_register_kquant), kquant_avx2.c and kquant_avx512.c.
+ * kern_register_kquant), kquant_avx2_{matvec,gemm}.c and
+ * kquant_avx512_{matvec,gemm}.c.
  *
  * Every dot function follows kern_dot_fn (kernels.h): any number of
  * activation columns per call (served in groups of KERN_MAX_COLS), weights
@@ -11,7 +12,7 @@
  * accumulation across super-blocks differs from the scalar oracle (the AVX2
  * and AVX-512 kernels reduce each super-block to exact integers and keep one
  * float chain per (row, column), the order their own GEMMs follow too: see
- * kquant_avx512.c and kquant_avx2.c). The SIMD Q8_K activation quantizers write
+ * kquant_avx512_matvec.c and kquant_avx2_matvec.c). The SIMD Q8_K activation quantizers write
  * exactly the bytes of the scalar one (quant_quantize_row to TYPE_Q8_K).
  */
 #ifndef TERN_KERNELS_KQUANT_H
@@ -37,33 +38,27 @@ static inline void kquant_scales_k4(const uint8_t q[K_SCALE_SIZE], uint64_t *sc,
     *m = (uint64_t)m_lo | ((uint64_t)m_hi << 32);
 }
 
-/* Several rows in one call, for memory-bound matvecs. One sequential stream
- * of weights per core leaves memory bandwidth unused (the hardware keeps
- * too few misses in flight for it); reading up to KQUANT_MAX_ROWS rows from
- * far-apart places block by block, in lockstep, keeps several streams going
- * (measured: ~20 -> ~25 GB/s at 2 threads for Q4_K, where a 4-stream read
- * probe gives 25-29). Row-level interleaving of one-row calls does not get
- * there: a row (~2 KB) is too short a burst.
+/* Several rows in one call (kern_ops_t.rows), for memory-bound matvecs.
+ * One sequential stream of weights per core leaves memory bandwidth unused
+ * (the hardware keeps too few misses in flight for it); reading up to
+ * KQUANT_MAX_ROWS rows from far-apart places block by block, in lockstep,
+ * keeps several streams going (measured: docs/PERF.md). Row-level
+ * interleaving of one-row calls does not get there: a row (~2 KB) is too
+ * short a burst.
  *
  * out[r * ncols + c] = dot(row w[r], activation column c), bit-identical to
- * the table's dot for the same (type, isa) on row r. 1 <= nrows <=
- * KQUANT_MAX_ROWS; any ncols (lockstep for up to 2 columns, row by row
- * beyond). */
+ * the entry's dot on row r. 1 <= nrows <= KQUANT_MAX_ROWS; any ncols
+ * (lockstep for up to 2 columns, row by row beyond). */
 #define KQUANT_MAX_ROWS 4
 #define KQUANT_MAX_ACC 8 /* accumulators of the largest tile: 4 rows x 2 or 1 x 4 columns */
-typedef void (*kquant_dot_rows_fn)(int64_t k, const void *const *w, int nrows, const void *xa, size_t xa_stride,
-                                   int ncols, float *out);
-/* The rows function of a K type for an ISA the CPU runs; NULL for other
- * types or an ISA without K kernels (then call the dot row by row). */
-kquant_dot_rows_fn kquant_dot_rows(int type, kern_isa_t isa);
+_Static_assert(KQUANT_MAX_ROWS == KERN_MAX_ROWS, "one rows API");
 
 #if defined(__x86_64__)
-/* Fill t[Q4_K|Q5_K|Q6_K][ISA_AVX2] / [ISA_AVX512]. They do not check the
- * CPU: the table's owner (dispatch.c) drops ISAs the CPU cannot run. */
-void kquant_register_avx2(kern_table_t t);
-void kquant_register_avx512(kern_table_t t);
-kquant_dot_rows_fn kquant_rows_avx2(int type);
-kquant_dot_rows_fn kquant_rows_avx512(int type);
+/* Fill t[Q4_K|Q5_K|Q6_K][ISA_AVX2] / [ISA_AVX512] (o->avxvnni: the AVX2
+ * GEMMs with AVX-VNNI). They do not check the CPU: the table's owner
+ * (dispatch.c) drops ISAs the CPU cannot run. */
+void kquant_register_avx2(kern_table_t t, const kern_options_t *o);
+void kquant_register_avx512(kern_table_t t, const kern_options_t *o);
 #endif
 
 #if defined(__AVX2__)

@@ -79,33 +79,24 @@ void legacy_act_unpack(int act_type, const void *xa, int64_t k, void *blocks);
 /* Pack n <= LEGACY_GROUP blocks into one group (the rest zeroed). */
 void legacy_act_pack_group(int act_type, const void *blocks, int n, void *g);
 
-/* Several rows in one call (kern_rows_fn, kernels.h), for memory-bound
- * matvecs: reading 2..4 far-apart rows block by block in lockstep keeps
- * several prefetch streams in flight per core, where one row at a time
- * leaves bandwidth unused (the K formats' kquant_dot_rows does the same).
- * Row r's result is bit-identical to the dot's on row r: its accumulators
- * see the same operations in the same order.
- * legacy_rows_for: the rows function computing what the dot function `dot`
- * computes (found by the dot's address, so it follows whichever variant
- * registration chose: VBMI or not, or another ISA's kernel in a slot);
- * NULL when dot has none. legacy_dot_rows: that of kern_ops(type, isa)'s
- * dot; NULL for other types, or without a multi-row kernel. */
-kern_rows_fn legacy_rows_for(kern_dot_fn dot);
-kern_rows_fn legacy_dot_rows(int type, kern_isa_t isa);
+/* Several rows in one call (kern_ops_t.rows), for memory-bound matvecs:
+ * reading 2..4 far-apart rows block by block in lockstep keeps several
+ * prefetch streams in flight per core, where one row at a time leaves
+ * bandwidth unused (the K formats' rows functions do the same). Row r's
+ * result is bit-identical to the dot's on row r: its accumulators see the
+ * same operations in the same order. The SIMD files register each dot with
+ * its own rows function; the scalar dots have none. */
 
 #if defined(__x86_64__)
 /* Fill t[type][ISA_AVX2] / t[type][ISA_AVX512] for F32, F16, BF16 ... */
-void legacy_register_float_avx2(kern_table_t t);
-void legacy_register_float_avx512(kern_table_t t);
-/* ... and for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0. They do not check the CPU:
- * the table's owner decides which ISA may run. */
-void legacy_register_blocks_avx2(kern_table_t t);
-void legacy_register_blocks_avx512(kern_table_t t);
-/* legacy_rows_for's lookups among each file's own kernels. */
-kern_rows_fn legacy_rows_avx2(kern_dot_fn dot);
-kern_rows_fn legacy_rows_avx512(kern_dot_fn dot);
-kern_rows_fn float_rows_avx512(kern_dot_fn dot); /* float_avx512.c */
-kern_rows_fn float_rows_avx2(kern_dot_fn dot);   /* float_avx2.c */
+void legacy_register_float_avx2(kern_table_t t, const kern_options_t *o);
+void legacy_register_float_avx512(kern_table_t t, const kern_options_t *o);
+/* ... and for Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 (o->avxvnni: the AVX2 GEMMs
+ * with AVX-VNNI; o->vbmi: the AVX-512 decode with VBMI + GFNI). They do not
+ * check the CPU: the table's owner decides which ISA may run, and o holds
+ * only sub-features the CPU has. */
+void legacy_register_blocks_avx2(kern_table_t t, const kern_options_t *o);
+void legacy_register_blocks_avx512(kern_table_t t, const kern_options_t *o);
 #endif
 
 #endif

@@ -101,15 +101,14 @@ void kern_thread_release(void) {
  * line, so two threads never write the same line of an output column. */
 #define ROW_ALIGN 16
 /* Interleaved read streams per chunk in the matvec loop (-DMV_STREAMS=n for
- * experiments: 1 stream read 0.65-0.85 of the probe, docs/PERF.md). */
+ * experiments; measured: docs/PERF.md). */
 #ifndef MV_STREAMS
 #define MV_STREAMS 4
 #endif
 /* The kernels prefetch their weights PF_DIST (2 KB) ahead of where they
  * read, so the first PF_DIST bytes of each stream would arrive one demand
- * miss at a time: mv_rows prefetches them itself when a chunk starts (+5%
- * on SmolLM2's 1536 x 576 Q8_0 matrices at 2 threads, +13% on 576 x 576,
- * with 4 KB; 2-5% on 576 x 576 with 2 KB; docs/PERF.md). */
+ * miss at a time: mv_rows prefetches them itself when a chunk starts
+ * (measured: docs/PERF.md). */
 #define MV_PREFETCH_BYTES PF_DIST
 /* From this many columns on, quantizing them is worth its own dispatch. */
 #define ACT_PARALLEL_MIN_COLS 16
@@ -442,7 +441,7 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
         if (m->rows == 0) continue;
         mv_job_t *j = &jobs[nr];
         *j = (mv_job_t){.dot = ops[i]->dot,
-                        .rows = kern_rows(m->type, isa),
+                        .rows = ops[i]->rows,
                         .k = k,
                         .row_bytes = m->row_bytes,
                         .w = m->data,

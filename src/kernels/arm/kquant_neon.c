@@ -46,13 +46,12 @@
 #include <string.h>
 
 #include "core/common.h"
-#include "core/cpu.h"
 #include "kernels/kquant.h"
 #include "kernels/arm/neon.h"
 
 /* Activation block b of a column (a row of block_q8_K at any 4-byte
  * offset): its bytes. */
-NEON_INLINE const uint8_t *act_block(const char *col, int64_t b) {
+TERN_INLINE const uint8_t *act_block(const char *col, int64_t b) {
     return (const uint8_t *)col + (size_t)b * sizeof(block_q8_K);
 }
 
@@ -65,7 +64,7 @@ typedef struct {
     float d, dmin;
 } kq_affine_t;
 
-NEON_INLINE void affine_decode(const uint8_t *b, bool is_q5, kq_affine_t *o) {
+TERN_INLINE void affine_decode(const uint8_t *b, bool is_q5, kq_affine_t *o) {
     /* d, dmin and the scales sit at the same offsets in both formats. */
     _Static_assert(offsetof(block_q4_K, scales) == offsetof(block_q5_K, scales), "K header");
     uint64_t sc, m;
@@ -109,7 +108,7 @@ NEON_INLINE void affine_decode(const uint8_t *b, bool is_q5, kq_affine_t *o) {
 
 /* One column's value of a decoded Q4_K / Q5_K super-block against
  * activation block a (block_q8_K bytes). */
-NEON_INLINE float affine_col(bool sd, const kq_affine_t *w, const uint8_t *a) {
+TERN_INLINE float affine_col(bool sd, const kq_affine_t *w, const uint8_t *a) {
     const int8_t *qa = (const int8_t *)(a + offsetof(block_q8_K, qs));
     int32x4_t s[8];
     #pragma GCC unroll 16
@@ -127,7 +126,7 @@ NEON_INLINE float affine_col(bool sd, const kq_affine_t *w, const uint8_t *a) {
     return da * (w->d * (float)sumi - w->dmin * (float)summ);
 }
 
-NEON_INLINE void affine_cols(int64_t k, const void *w, const char *xa, size_t st, float *out, const int nc,
+TERN_INLINE void affine_cols(int64_t k, const void *w, const char *xa, size_t st, float *out, const int nc,
                              const bool sd, const bool is_q5) {
     TERN_CHECK(k % QK_K == 0);
     const int64_t nb = k / QK_K;
@@ -153,7 +152,7 @@ typedef struct {
     float d;
 } kq_q6_t;
 
-NEON_INLINE void q6_decode(const uint8_t *b, kq_q6_t *o) {
+TERN_INLINE void q6_decode(const uint8_t *b, kq_q6_t *o) {
     const uint8_t *ql = b + offsetof(block_q6_K, ql), *qh = b + offsetof(block_q6_K, qh);
     const uint8x16_t lo4 = vdupq_n_u8(15), top2 = vdupq_n_u8(0x30);
     const int8x16_t v32 = vdupq_n_s8(32);
@@ -185,7 +184,7 @@ NEON_INLINE void q6_decode(const uint8_t *b, kq_q6_t *o) {
     o->d = neon_fp16_load(b + offsetof(block_q6_K, d));
 }
 
-NEON_INLINE float q6_col(bool sd, const kq_q6_t *w, const uint8_t *a) {
+TERN_INLINE float q6_col(bool sd, const kq_q6_t *w, const uint8_t *a) {
     const int8_t *qa = (const int8_t *)(a + offsetof(block_q8_K, qs));
     int32x4_t s[16];
     #pragma GCC unroll 16
@@ -200,7 +199,7 @@ NEON_INLINE float q6_col(bool sd, const kq_q6_t *w, const uint8_t *a) {
     return da * (w->d * (float)sumi);
 }
 
-NEON_INLINE void q6_cols(int64_t k, const void *w, const char *xa, size_t st, float *out, const int nc,
+TERN_INLINE void q6_cols(int64_t k, const void *w, const char *xa, size_t st, float *out, const int nc,
                          const bool sd) {
     TERN_CHECK(k % QK_K == 0);
     const int64_t nb = k / QK_K;
@@ -229,11 +228,11 @@ NEON_DOT_FN(dot_q6_K_plain, , q6_cols, false)
 /* dot, and the scalar entry's Q8_K quantizer. */
 static void set_entry(kern_table_t t, int type, kern_dot_fn dot) {
     TERN_CHECK(t[type][ISA_SCALAR].act != NULL); /* registered after the scalar column */
-    t[type][ISA_NEON] = (kern_ops_t){dot, t[type][ISA_SCALAR].act, NULL};
+    t[type][ISA_NEON] = (kern_ops_t){.dot = dot, .act = t[type][ISA_SCALAR].act};
 }
 
-void kquant_register_neon(kern_table_t t) {
-    const bool sd = cpu_features()->dotprod;
+void kquant_register_neon(kern_table_t t, const kern_options_t *o) {
+    const bool sd = o->dotprod;
     set_entry(t, TYPE_Q4_K, sd ? dot_q4_K_sdot : dot_q4_K_plain);
     set_entry(t, TYPE_Q5_K, sd ? dot_q5_K_sdot : dot_q5_K_plain);
     set_entry(t, TYPE_Q6_K, sd ? dot_q6_K_sdot : dot_q6_K_plain);

@@ -41,7 +41,6 @@
 #include <string.h>
 
 #include "core/common.h"
-#include "core/cpu.h"
 #include "kernels/legacy.h"
 #include "kernels/arm/neon.h"
 
@@ -50,7 +49,7 @@
 enum { W_F32, W_F16, W_BF16 };
 
 /* Weights i..i+3 of a row of format fmt, as floats. */
-NEON_INLINE float32x4_t float_w4(int fmt, const void *w, int64_t i) {
+TERN_INLINE float32x4_t float_w4(int fmt, const void *w, int64_t i) {
     switch (fmt) {
     case W_F32: return vld1q_f32((const float *)w + i);
     case W_F16: return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16((const uint16_t *)w + i)));
@@ -59,7 +58,7 @@ NEON_INLINE float32x4_t float_w4(int fmt, const void *w, int64_t i) {
 }
 
 /* Weight i alone, as a float (the zero-padded tail). */
-NEON_INLINE float float_w1(int fmt, const void *w, int64_t i) {
+TERN_INLINE float float_w1(int fmt, const void *w, int64_t i) {
     switch (fmt) {
     case W_F32: return ((const float *)w)[i];
     case W_F16: return neon_fp16_load((const uint16_t *)w + i);
@@ -68,7 +67,7 @@ NEON_INLINE float float_w1(int fmt, const void *w, int64_t i) {
 }
 
 /* nc columns of a float-format row: out[c] = sum of w[i] * x_c[i]. */
-NEON_INLINE void float_cols(int64_t k, const void *w, const char *xa, size_t st, float *out, const int nc,
+TERN_INLINE void float_cols(int64_t k, const void *w, const char *xa, size_t st, float *out, const int nc,
                             const int fmt) {
     float32x4_t acc[KERN_MAX_COLS][4];
     const float *x[KERN_MAX_COLS];
@@ -117,7 +116,7 @@ NEON_DOT_FN(dot_bf16_neon, , float_cols, W_BF16)
 
 enum { B_Q4_0, B_Q4_1, B_Q5_0, B_Q5_1, B_Q8_0 };
 
-NEON_INLINE size_t block_bytes(int fmt) {
+TERN_INLINE size_t block_bytes(int fmt) {
     switch (fmt) {
     case B_Q4_0: return sizeof(block_q4_0);
     case B_Q4_1: return sizeof(block_q4_1);
@@ -127,7 +126,7 @@ NEON_INLINE size_t block_bytes(int fmt) {
     }
 }
 
-NEON_INLINE bool block_has_min(int fmt) {
+TERN_INLINE bool block_has_min(int fmt) {
     return fmt == B_Q4_1 || fmt == B_Q5_1;
 }
 
@@ -135,7 +134,7 @@ NEON_INLINE bool block_has_min(int fmt) {
  * bit is set: qh is 32 bits, little-endian, bit j for element j. Elements
  * 0..15 take their bits from qh bytes 0 and 1: each byte is repeated eight
  * times ([b0 x8, b1 x8]) and tested against 1, 2, 4, .., 128. */
-NEON_INLINE void q5_high_bits(const uint8_t *qh, uint8x16_t *h0, uint8x16_t *h1) {
+TERN_INLINE void q5_high_bits(const uint8_t *qh, uint8x16_t *h0, uint8x16_t *h1) {
     static const uint8_t bit_of_lane[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
     const uint8x16_t bits = vld1q_u8(bit_of_lane), v16 = vdupq_n_u8(16);
     const uint8x16_t b01 = vcombine_u8(vdup_n_u8(qh[0]), vdup_n_u8(qh[1]));
@@ -146,7 +145,7 @@ NEON_INLINE void q5_high_bits(const uint8_t *qh, uint8x16_t *h0, uint8x16_t *h1)
 
 /* Weights of one block: elements 0..15 in *w0, 16..31 in *w1, as the int8
  * values the scalar dot multiplies; its d and (offset formats) m. */
-NEON_INLINE void block_decode(int fmt, const uint8_t *b, int8x16_t *w0, int8x16_t *w1, float *d, float *m) {
+TERN_INLINE void block_decode(int fmt, const uint8_t *b, int8x16_t *w0, int8x16_t *w1, float *d, float *m) {
     const uint8x16_t lo4 = vdupq_n_u8(15);
     *d = neon_fp16_load(b); /* d leads every block */
     *m = 0.0f;
@@ -182,7 +181,7 @@ _Static_assert(offsetof(block_q4_1, m) == offsetof(block_q5_1, m), "m at the sam
 /* Block i of the row, against nc columns: acc[c] += (its int32 lanes) *
  * (d_w * d_a); accm[c] += m_w * s_a for the offset formats. xa: column 0's
  * row, st: the column stride. */
-NEON_INLINE void block_step(int fmt, bool sd, int nc, const void *w, int64_t i, const char *xa, size_t st,
+TERN_INLINE void block_step(int fmt, bool sd, int nc, const void *w, int64_t i, const char *xa, size_t st,
                             float32x4_t *acc, float *accm) {
     int8x16_t w0, w1;
     float dw, mw;
@@ -203,7 +202,7 @@ NEON_INLINE void block_step(int fmt, bool sd, int nc, const void *w, int64_t i, 
 }
 
 /* nc columns of a block-format row of k elements. */
-NEON_INLINE void block_cols(int64_t k, const void *w, const char *xa, size_t st, float *out, const int nc,
+TERN_INLINE void block_cols(int64_t k, const void *w, const char *xa, size_t st, float *out, const int nc,
                             const bool sd, const int fmt) {
     TERN_CHECK(k % QK == 0);
     const int64_t nb = k / QK;
@@ -244,11 +243,11 @@ BLOCK_DOTS(q8_0, B_Q8_0)
  * define the activation row layout). */
 static void set_entry(kern_table_t t, int type, kern_dot_fn dot) {
     TERN_CHECK(t[type][ISA_SCALAR].act != NULL); /* registered after the scalar column */
-    t[type][ISA_NEON] = (kern_ops_t){dot, t[type][ISA_SCALAR].act, NULL};
+    t[type][ISA_NEON] = (kern_ops_t){.dot = dot, .act = t[type][ISA_SCALAR].act};
 }
 
-void legacy_register_neon(kern_table_t t) {
-    const bool sd = cpu_features()->dotprod;
+void legacy_register_neon(kern_table_t t, const kern_options_t *o) {
+    const bool sd = o->dotprod;
     set_entry(t, TYPE_F32, dot_f32_neon);
     set_entry(t, TYPE_F16, dot_f16_neon);
     set_entry(t, TYPE_BF16, dot_bf16_neon);

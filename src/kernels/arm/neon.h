@@ -6,7 +6,8 @@
  *
  * Integer dot products come in two builds of the same kernel source:
  *   - "sdot": the ARMv8.2 dot-product instruction (SDOT, vdotq_s32), for
- *     CPUs that report it (cpu_features()->dotprod, from the Linux hwcaps).
+ *     CPUs that report it (kern_options_t.dotprod, from cpu_features()'s
+ *     Linux hwcaps).
  *     Only the functions that use it are compiled for armv8.2-a+dotprod
  *     (NEON_SDOT_FN), so the rest of the binary still runs on any armv8-a.
  *   - "plain": baseline NEON (widening multiplies and pairwise adds), for
@@ -19,6 +20,7 @@
 #ifndef TERN_KERNELS_NEON_H
 #define TERN_KERNELS_NEON_H
 
+#include "kernels/inline.h"
 #include "kernels/kernels.h"
 
 #if defined(__aarch64__)
@@ -31,13 +33,13 @@
  * (legacy_neon.c) and for Q4_K, Q5_K, Q6_K (kquant_neon.c). They reuse the
  * scalar entries' activation functions, so they must run after
  * kern_register_float / kern_register_legacy / kern_register_kquant filled
- * the scalar column. They pick the SDOT or the plain build by
- * cpu_features()->dotprod; like the x86 register functions they do not
- * decide whether NEON may run at all (dispatch.c does). */
-void legacy_register_neon(kern_table_t t);
-void kquant_register_neon(kern_table_t t);
+ * the scalar column. They pick the SDOT or the plain build by o->dotprod
+ * (set only where the CPU has it); like the x86 register functions they do
+ * not decide whether NEON may run at all (dispatch.c does). No rows
+ * functions: the matvec calls the dot row by row. */
+void legacy_register_neon(kern_table_t t, const kern_options_t *o);
+void kquant_register_neon(kern_table_t t, const kern_options_t *o);
 
-#define NEON_INLINE static inline __attribute__((always_inline))
 /* GCC 12's arm_neon.h declares vdotq_s32 for armv8.2-a+dotprod, so a
  * function that inlines it needs at least that target. Every CPU with the
  * dot-product extension implements armv8.2-a. */
@@ -45,13 +47,13 @@ void kquant_register_neon(kern_table_t t);
 
 /* An fp16 value at any address (block scales sit at 2-byte offsets): FCVT
  * is part of base armv8-a and exact for every binary16 value. */
-NEON_INLINE float neon_fp16_load(const void *p) {
+TERN_INLINE float neon_fp16_load(const void *p) {
     __fp16 h;
     memcpy(&h, p, sizeof h);
     return (float)h;
 }
 
-NEON_INLINE float neon_f32_load(const void *p) {
+TERN_INLINE float neon_f32_load(const void *p) {
     float f;
     memcpy(&f, p, sizeof f);
     return f;
@@ -59,7 +61,7 @@ NEON_INLINE float neon_f32_load(const void *p) {
 
 /* Four floats at any address (byte load: activation rows of the block
  * formats may start at odd 2-byte offsets). */
-NEON_INLINE float32x4_t neon_f32x4_load(const void *p) {
+TERN_INLINE float32x4_t neon_f32x4_load(const void *p) {
     return vreinterpretq_f32_u8(vld1q_u8((const uint8_t *)p));
 }
 
@@ -69,7 +71,7 @@ NEON_INLINE float32x4_t neon_f32x4_load(const void *p) {
  * and a: what one SDOT computes. The plain version forms the 16 int16
  * products (exact: |w*a| <= 128*128), adds neighbours to int32, then adds
  * neighbouring pairs again, which groups the bytes exactly as SDOT does. */
-NEON_INLINE int32x4_t neon_dot16_plain(int8x16_t w, int8x16_t a) {
+TERN_INLINE int32x4_t neon_dot16_plain(int8x16_t w, int8x16_t a) {
     const int32x4_t lo = vpaddlq_s16(vmull_s8(vget_low_s8(w), vget_low_s8(a)));  /* bytes 0..7 in pairs */
     const int32x4_t hi = vpaddlq_s16(vmull_high_s8(w, a));                     /* bytes 8..15 in pairs */
     return vpaddq_s32(lo, hi);
@@ -77,7 +79,7 @@ NEON_INLINE int32x4_t neon_dot16_plain(int8x16_t w, int8x16_t a) {
 
 /* Two 16-byte pairs into one vector: lane m = the sum over bytes 4m..4m+3
  * of w0*a0 and of w1*a1 (a 32-element sub-block in one vector). */
-NEON_INLINE int32x4_t neon_dot32_plain(int8x16_t w0, int8x16_t a0, int8x16_t w1, int8x16_t a1) {
+TERN_INLINE int32x4_t neon_dot32_plain(int8x16_t w0, int8x16_t a0, int8x16_t w1, int8x16_t a1) {
     int32x4_t lo = vpaddlq_s16(vmull_s8(vget_low_s8(w0), vget_low_s8(a0)));
     lo = vpadalq_s16(lo, vmull_s8(vget_low_s8(w1), vget_low_s8(a1)));
     int32x4_t hi = vpaddlq_s16(vmull_high_s8(w0, a0));
@@ -97,16 +99,16 @@ NEON_SDOT_FN static inline int32x4_t neon_dot32_sdot(int8x16_t w0, int8x16_t a0,
     return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, a0), w1, a1);
 }
 
-NEON_INLINE int32x4_t neon_dot16(bool sd, int8x16_t w, int8x16_t a) {
+TERN_INLINE int32x4_t neon_dot16(bool sd, int8x16_t w, int8x16_t a) {
     return sd ? neon_dot16_sdot(w, a) : neon_dot16_plain(w, a);
 }
-NEON_INLINE int32x4_t neon_dot32(bool sd, int8x16_t w0, int8x16_t a0, int8x16_t w1, int8x16_t a1) {
+TERN_INLINE int32x4_t neon_dot32(bool sd, int8x16_t w0, int8x16_t a0, int8x16_t w1, int8x16_t a1) {
     return sd ? neon_dot32_sdot(w0, a0, w1, a1) : neon_dot32_plain(w0, a0, w1, a1);
 }
 
 /* Horizontal sums of four int32x4 vectors: lane i = the sum of v[i]'s
  * lanes (exact, integers). */
-NEON_INLINE int32x4_t neon_hsum4_s32(int32x4_t v0, int32x4_t v1, int32x4_t v2, int32x4_t v3) {
+TERN_INLINE int32x4_t neon_hsum4_s32(int32x4_t v0, int32x4_t v1, int32x4_t v2, int32x4_t v3) {
     return vpaddq_s32(vpaddq_s32(v0, v1), vpaddq_s32(v2, v3));
 }
 

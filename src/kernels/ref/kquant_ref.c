@@ -152,25 +152,14 @@ static void dot_rows_q6_K_ref(int64_t k, const void *const *w, int nrows, const 
     dot_rows_ref(dot_q6_K_ref, k, w, nrows, xa, st, ncols, out);
 }
 
-kquant_dot_rows_fn kquant_dot_rows(int type, kern_isa_t isa) {
-    if (type != TYPE_Q4_K && type != TYPE_Q5_K && type != TYPE_Q6_K) return NULL;
-    switch (isa) {
-    case ISA_SCALAR:
-        return type == TYPE_Q4_K ? dot_rows_q4_K_ref : type == TYPE_Q5_K ? dot_rows_q5_K_ref : dot_rows_q6_K_ref;
+void kern_register_kquant(kern_table_t t, const kern_options_t *o) {
+    t[TYPE_Q4_K][ISA_SCALAR] = (kern_ops_t){.dot = dot_q4_K_ref, .act = act_q8_K_ref, .rows = dot_rows_q4_K_ref};
+    t[TYPE_Q5_K][ISA_SCALAR] = (kern_ops_t){.dot = dot_q5_K_ref, .act = act_q8_K_ref, .rows = dot_rows_q5_K_ref};
+    t[TYPE_Q6_K][ISA_SCALAR] = (kern_ops_t){.dot = dot_q6_K_ref, .act = act_q8_K_ref, .rows = dot_rows_q6_K_ref};
 #if defined(__x86_64__)
-    case ISA_AVX2: return kquant_rows_avx2(type);
-    case ISA_AVX512: return kquant_rows_avx512(type);
-#endif
-    default: return NULL;
-    }
-}
-
-void kern_register_kquant(kern_table_t t) {
-    t[TYPE_Q4_K][ISA_SCALAR] = (kern_ops_t){dot_q4_K_ref, act_q8_K_ref, NULL};
-    t[TYPE_Q5_K][ISA_SCALAR] = (kern_ops_t){dot_q5_K_ref, act_q8_K_ref, NULL};
-    t[TYPE_Q6_K][ISA_SCALAR] = (kern_ops_t){dot_q6_K_ref, act_q8_K_ref, NULL};
-#if defined(__x86_64__)
-    kquant_register_avx2(t);
-    kquant_register_avx512(t);
+    kquant_register_avx2(t, o);
+    kquant_register_avx512(t, o);
+#else
+    (void)o;
 #endif
 }

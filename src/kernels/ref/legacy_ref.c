@@ -3,7 +3,7 @@
  * the float formats (F32, F16, BF16 against F32 activations) and the
  * 32-element block formats (Q4_0, Q5_0, Q8_0 against Q8_0 activations;
  * Q4_1, Q5_1 against Q8_1), and the two register functions that put them,
- * and the SIMD variants of legacy_avx2.c / legacy_avx512.c, in the table.
+ * and the SIMD variants of legacy_avx2_*.c / legacy_avx512_*.c, in the table.
  *
  * These loops are the oracle the SIMD kernels are tested against, and the
  * fallback on CPUs without AVX2, so they favour plainness. The block dots use
@@ -295,55 +295,35 @@ static void act_q8_1_ref(const float *x, void *xa, int64_t k) {
     act_ref(TYPE_Q8_1, x, xa, k);
 }
 
-/* ---- multi-row lookup ---------------------------------------------------- */
-
-/* The scalar dots have no rows version: the rows API is about memory
- * parallelism, which the scalar kernels are too slow to need. */
-kern_rows_fn legacy_rows_for(kern_dot_fn dot) {
-    if (!dot) return NULL;
-#if defined(__x86_64__)
-    kern_rows_fn r = legacy_rows_avx512(dot);
-    if (!r) r = float_rows_avx512(dot);
-    if (!r) r = float_rows_avx2(dot);
-    return r ? r : legacy_rows_avx2(dot);
-#else
-    return NULL;
-#endif
-}
-
-kern_rows_fn legacy_dot_rows(int type, kern_isa_t isa) {
-    switch (type) {
-    case TYPE_F32: case TYPE_F16: case TYPE_BF16: case TYPE_Q4_0: case TYPE_Q4_1:
-    case TYPE_Q5_0: case TYPE_Q5_1: case TYPE_Q8_0: break;
-    default: return NULL;
-    }
-    const kern_ops_t *o = kern_ops(type, isa);
-    return o ? legacy_rows_for(o->dot) : NULL;
-}
-
 /* ---- registration ------------------------------------------------------- */
 
 
-void kern_register_float(kern_table_t t) {
+/* The scalar dots have no rows function: the rows API is about memory
+ * parallelism, which the scalar kernels are too slow to need. */
+void kern_register_float(kern_table_t t, const kern_options_t *o) {
     legacy_lut_init();
-    t[TYPE_F32][ISA_SCALAR] = (kern_ops_t){dot_f32_ref, legacy_act_copy, NULL};
-    t[TYPE_F16][ISA_SCALAR] = (kern_ops_t){dot_f16_ref, legacy_act_copy, NULL};
-    t[TYPE_BF16][ISA_SCALAR] = (kern_ops_t){dot_bf16_ref, legacy_act_copy, NULL};
+    t[TYPE_F32][ISA_SCALAR] = (kern_ops_t){.dot = dot_f32_ref, .act = legacy_act_copy};
+    t[TYPE_F16][ISA_SCALAR] = (kern_ops_t){.dot = dot_f16_ref, .act = legacy_act_copy};
+    t[TYPE_BF16][ISA_SCALAR] = (kern_ops_t){.dot = dot_bf16_ref, .act = legacy_act_copy};
 #if defined(__x86_64__)
-    legacy_register_float_avx2(t);
-    legacy_register_float_avx512(t);
+    legacy_register_float_avx2(t, o);
+    legacy_register_float_avx512(t, o);
+#else
+    (void)o;
 #endif
 }
 
-void kern_register_legacy(kern_table_t t) {
+void kern_register_legacy(kern_table_t t, const kern_options_t *o) {
     legacy_lut_init();
-    t[TYPE_Q4_0][ISA_SCALAR] = (kern_ops_t){dot_q4_0_ref, act_q8_0_ref, NULL};
-    t[TYPE_Q4_1][ISA_SCALAR] = (kern_ops_t){dot_q4_1_ref, act_q8_1_ref, NULL};
-    t[TYPE_Q5_0][ISA_SCALAR] = (kern_ops_t){dot_q5_0_ref, act_q8_0_ref, NULL};
-    t[TYPE_Q5_1][ISA_SCALAR] = (kern_ops_t){dot_q5_1_ref, act_q8_1_ref, NULL};
-    t[TYPE_Q8_0][ISA_SCALAR] = (kern_ops_t){dot_q8_0_ref, act_q8_0_ref, NULL};
+    t[TYPE_Q4_0][ISA_SCALAR] = (kern_ops_t){.dot = dot_q4_0_ref, .act = act_q8_0_ref};
+    t[TYPE_Q4_1][ISA_SCALAR] = (kern_ops_t){.dot = dot_q4_1_ref, .act = act_q8_1_ref};
+    t[TYPE_Q5_0][ISA_SCALAR] = (kern_ops_t){.dot = dot_q5_0_ref, .act = act_q8_0_ref};
+    t[TYPE_Q5_1][ISA_SCALAR] = (kern_ops_t){.dot = dot_q5_1_ref, .act = act_q8_1_ref};
+    t[TYPE_Q8_0][ISA_SCALAR] = (kern_ops_t){.dot = dot_q8_0_ref, .act = act_q8_0_ref};
 #if defined(__x86_64__)
-    legacy_register_blocks_avx2(t);
-    legacy_register_blocks_avx512(t);
+    legacy_register_blocks_avx2(t, o);
+    legacy_register_blocks_avx512(t, o);
+#else
+    (void)o;
 #endif
 }

@@ -1,6 +1,6 @@
 /*
  * avx512_util.h - small helpers shared by the AVX-512 kernel files
- * (legacy_avx512.c, float_avx512.c): horizontal sums in a fixed order, the
+ * (legacy_avx512_*.c, float_avx512.c): horizontal sums in a fixed order, the
  * weight-stream prefetch, and the entry macros that instantiate a kernel
  * template for constant column / row counts. Include only from files
  * compiled with the AVX-512 flags.

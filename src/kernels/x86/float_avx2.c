@@ -60,12 +60,9 @@
  *     same zero lanes past k (the pack and prep write the zeros the dot's
  *     zero-padded tail reads), the same reduction; the tiling only decides
  *     which chains run side by side, never the operations of one chain.
- * Speed (1024 x 4096, N = 64, one core of a shared Sapphire Rapids VM run
- * with AVX2 only, FMA peak about 90 GFLOP/s): about 63-74 GFLOP/s in quiet
- * moments (45-55 under load) for all three formats, against 21-37 for the
- * former path through the dot in tiles of 4 columns. The one-row,
- * one-column dot is bound by its two chains' FMA latency (about 18 GFLOP/s,
- * still above a core's memory stream for every format).
+ * The one-row, one-column dot is bound by its two chains' FMA latency,
+ * still above a core's memory stream for every format (measured, and the
+ * GEMM against the former path through the dot: docs/PERF.md).
  */
 #if defined(__x86_64__)
 
@@ -80,19 +77,19 @@
 
 /* ---- loaders: eight weights from p as floats ---------------------------- */
 
-ALWAYS_INLINE __m256 load8_f32(const void *p) {
+TERN_INLINE __m256 load8_f32(const void *p) {
     return _mm256_loadu_ps((const float *)p);
 }
-ALWAYS_INLINE __m256 load8_f16(const void *p) {
+TERN_INLINE __m256 load8_f16(const void *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 /* bf16 is the upper half of a float: zero-extend to 32 bits, shift up. */
-ALWAYS_INLINE __m256 load8_bf16(const void *p) {
+TERN_INLINE __m256 load8_bf16(const void *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 
 /* The final reduction of one output's two chains (the header's order). */
-ALWAYS_INLINE float hsum_lohi(__m256 lo, __m256 hi) {
+TERN_INLINE float hsum_lohi(__m256 lo, __m256 hi) {
     return hsum8(_mm256_add_ps(lo, hi));
 }
 
@@ -105,7 +102,7 @@ ALWAYS_INLINE float hsum_lohi(__m256 lo, __m256 hi) {
  * copied into zeroed temporaries (both operands). Each column's chains see
  * the same operations whatever nc is. */
 #define FLOAT_DOT(name, wsz, load)                                                                       \
-    ALWAYS_INLINE void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
+    TERN_INLINE void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
                                    float *out) {                                                         \
         __m256 acc[KERN_MAX_COLS][2];                                                                    \
         _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) acc[c][0] = acc[c][1] = _mm256_setzero_ps(); \
@@ -161,7 +158,7 @@ COLS_ENTRY(dot_bf16_avx2, bf16_cols, KERN_MAX_COLS)
  * the interleaving of the rows' loads differs, which keeps nr prefetch
  * streams going per core, and 2 * nr * nc independent FMA chains. */
 #define FLOAT_ROWS(name, wsz, load)                                                                      \
-    ALWAYS_INLINE void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
+    TERN_INLINE void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
                                    size_t st, const int nc, float *out) {                                \
         __m256 acc[KERN_MAX_ROWS * 2][2];                                                                \
         _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) acc[j][0] = acc[j][1] =                \
@@ -252,7 +249,7 @@ FLOAT_PACK(bf16, 2, load8_bf16)
  * y[c * ldy + r] for the rv x cv valid rows x columns (lo from part). Per
  * step: 3 weight and 4 activation loads, 12 FMAs; every FMA is
  * fma(weight, activation, acc), as in the dot. */
-ALWAYS_INLINE void gemm_tile(const float *w, const float *x, int64_t len, const int h, __m256 *part, bool first,
+TERN_INLINE void gemm_tile(const float *w, const float *x, int64_t len, const int h, __m256 *part, bool first,
                              bool last, float *y, int64_t ldy, int rv, int cv) {
     __m256 acc[GEMM_TR][GEMM_TC];
     __m256 *ph = part + h * GEMM_TR * GEMM_TC;
@@ -287,7 +284,7 @@ ALWAYS_INLINE void gemm_tile(const float *w, const float *x, int64_t len, const 
 }
 
 /* Both halves of a tile (float_gemm.h's gemm_tile_all). */
-ALWAYS_INLINE void gemm_tile_all(const float *w, const float *x, int64_t len, char *part, bool first, bool last,
+TERN_INLINE void gemm_tile_all(const float *w, const float *x, int64_t len, char *part, bool first, bool last,
                                  float *y, int64_t ldy, int rv, int cv) {
     __m256 *pt = (__m256 *)(void *)part;
     gemm_tile(w, x, len, 0, pt, first, last, y, ldy, rv, cv);
@@ -300,17 +297,11 @@ FLOAT_GEMM(f32, 4)
 FLOAT_GEMM(f16, 2)
 FLOAT_GEMM(bf16, 2)
 
-void legacy_register_float_avx2(kern_table_t t) {
-    t[TYPE_F32][ISA_AVX2] = (kern_ops_t){dot_f32_avx2, legacy_act_copy, &f32_gemm};
-    t[TYPE_F16][ISA_AVX2] = (kern_ops_t){dot_f16_avx2, legacy_act_copy, &f16_gemm};
-    t[TYPE_BF16][ISA_AVX2] = (kern_ops_t){dot_bf16_avx2, legacy_act_copy, &bf16_gemm};
-}
-
-kern_rows_fn float_rows_avx2(kern_dot_fn dot) {
-    if (dot == dot_f32_avx2) return rows_f32_avx2;
-    if (dot == dot_f16_avx2) return rows_f16_avx2;
-    if (dot == dot_bf16_avx2) return rows_bf16_avx2;
-    return NULL;
+void legacy_register_float_avx2(kern_table_t t, const kern_options_t *o) {
+    (void)o;
+    t[TYPE_F32][ISA_AVX2] = (kern_ops_t){dot_f32_avx2, legacy_act_copy, rows_f32_avx2, &f32_gemm};
+    t[TYPE_F16][ISA_AVX2] = (kern_ops_t){dot_f16_avx2, legacy_act_copy, rows_f16_avx2, &f16_gemm};
+    t[TYPE_BF16][ISA_AVX2] = (kern_ops_t){dot_bf16_avx2, legacy_act_copy, rows_bf16_avx2, &bf16_gemm};
 }
 
 #endif /* __x86_64__ */

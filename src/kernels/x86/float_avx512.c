@@ -52,10 +52,8 @@
  *     zero lanes past k (the pack and prep write the zeros a masked load
  *     reads), the same hsum16; the tiling only decides which chains run
  *     side by side, never the operations of one chain.
- * Speed (1024 x 4096, N = 64, one Sapphire Rapids core, a quiet moment of
- * a shared machine): about 100-120 GFLOP/s for all three formats, the
- * micro-kernel alone on L1 data about 140 (FMA peak about 175); the former
- * path through the dot in tiles of 4 columns made 45-55.
+ * Speed against the FMA peak and the former path through the dot in
+ * tiles of 4 columns: measured, docs/PERF.md.
  */
 #if defined(__x86_64__)
 
@@ -67,19 +65,19 @@
 
 /* ---- loaders: 16 elements from p as floats, lanes off in m read as 0 ---- */
 
-ALWAYS_INLINE __m512 load16_f32(const void *p, __mmask16 m) {
+TERN_INLINE __m512 load16_f32(const void *p, __mmask16 m) {
     return _mm512_maskz_loadu_ps(m, p);
 }
-ALWAYS_INLINE __m512 load16_f16(const void *p, __mmask16 m) {
+TERN_INLINE __m512 load16_f16(const void *p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 /* bf16 is the upper half of a float: zero-extend to 32 bits, shift up. */
-ALWAYS_INLINE __m512 load16_bf16(const void *p, __mmask16 m) {
+TERN_INLINE __m512 load16_bf16(const void *p, __mmask16 m) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
 
 /* Mask of the first n lanes (n >= 16: all). */
-ALWAYS_INLINE __mmask16 lanes16(int64_t n) {
+TERN_INLINE __mmask16 lanes16(int64_t n) {
     return n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
 }
 
@@ -91,7 +89,7 @@ ALWAYS_INLINE __mmask16 lanes16(int64_t n) {
  * a time with masked loads. Each column's chain sees the same operations
  * whatever nc is, so a column's result does not depend on its neighbours. */
 #define FLOAT_DOT(name, wsz, load)                                                                       \
-    ALWAYS_INLINE void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
+    TERN_INLINE void name##_cols(int64_t k, const char *w, const char *xa, size_t st, int nc,          \
                                    float *out) {                                                         \
         __m512 acc[KERN_MAX_COLS];                                                                       \
         _Pragma("GCC unroll 4") for (int c = 0; c < nc; c++) acc[c] = _mm512_setzero_ps();               \
@@ -133,14 +131,14 @@ COLS_ENTRY(dot_bf16_avx512, bf16_cols)
  * the interleaving of the rows' loads differs, which keeps nr prefetch
  * streams going per core, and nr * nc independent FMA chains. */
 #define FLOAT_ROWS(name, wsz, load)                                                                      \
-    ALWAYS_INLINE void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
+    TERN_INLINE void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
                                    size_t st, const int nc, float *out) {                                \
         __m512 acc[KERN_MAX_ROWS * 2];                                                                   \
         _Pragma("GCC unroll 8") for (int j = 0; j < nr * nc; j++) acc[j] = _mm512_setzero_ps();          \
         int64_t i = 0;                                                                                   \
         for (; i + 64 <= k; i += 64) {                                                                   \
             /* Row by row: its prefetch, then its 64 elements (this order                                \
-             * streamed a few % faster than interleaving the rows per 16). */                            \
+             * streamed faster than interleaving the rows per 16). */                                    \
             _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                       \
                 const char *w = wr[r];                                                                   \
                 _Pragma("GCC unroll 4") for (int b = 0; b < 64 * (wsz); b += 64)                         \
@@ -184,9 +182,9 @@ ROWS_ENTRY(rows_bf16_avx512, bf16_rows, dot_bf16_avx512)
  * registers). One chunk of a (panel, group) block holds 8 KB of weights,
  * 16 KB of activations and 8 KB of partial accumulators: 32 KB, which stays
  * in L1 while the block's 8 tiles run. A longer chunk means fewer partial
- * stores and reloads per FMA; on the development machine (48 KB L1) 256 and
- * 384 ran alike, 128 about 15% slower; 256 keeps the block inside a 32 KB
- * L1 too. */
+ * stores and reloads per FMA; 256 ran as fast as longer chunks on the
+ * development machine (measured: docs/PERF.md) and keeps the block inside
+ * a 32 KB L1 too. */
 enum { GEMM_RB = 8, GEMM_TR = 4, GEMM_TC = 4 };
 #define GEMM_TILE_BYTES (GEMM_TR * GEMM_TC * 64)
 
@@ -212,7 +210,7 @@ FLOAT_PACK(bf16, 2, load16_bf16)
  * its hsum16 goes to y[c * ldy + r] for the rv x cv valid rows x columns,
  * else it goes back to part. Per step: 4 weight and 4 activation loads, 16
  * FMAs; every FMA is fma(weight, activation, acc), as in the dot. */
-ALWAYS_INLINE void gemm_tile(const float *w, const float *x, int64_t len, __m512 *part, bool first, bool last,
+TERN_INLINE void gemm_tile(const float *w, const float *x, int64_t len, __m512 *part, bool first, bool last,
                              float *y, int64_t ldy, int rv, int cv) {
     __m512 acc[GEMM_TR][GEMM_TC];
     _Pragma("GCC unroll 4") for (int r = 0; r < GEMM_TR; r++) {
@@ -246,7 +244,7 @@ ALWAYS_INLINE void gemm_tile(const float *w, const float *x, int64_t len, __m512
 }
 
 /* float_gemm.h's gemm_tile_all: the tile is one chain per (row, column). */
-ALWAYS_INLINE void gemm_tile_all(const float *w, const float *x, int64_t len, char *part, bool first, bool last,
+TERN_INLINE void gemm_tile_all(const float *w, const float *x, int64_t len, char *part, bool first, bool last,
                                  float *y, int64_t ldy, int rv, int cv) {
     gemm_tile(w, x, len, (__m512 *)(void *)part, first, last, y, ldy, rv, cv);
 }
@@ -257,24 +255,11 @@ FLOAT_GEMM(f32, 4)
 FLOAT_GEMM(f16, 2)
 FLOAT_GEMM(bf16, 2)
 
-void legacy_register_float_avx512(kern_table_t t) {
-    t[TYPE_F32][ISA_AVX512] = (kern_ops_t){dot_f32_avx512, legacy_act_copy, &f32_gemm};
-    t[TYPE_F16][ISA_AVX512] = (kern_ops_t){dot_f16_avx512, legacy_act_copy, &f16_gemm};
-    t[TYPE_BF16][ISA_AVX512] = (kern_ops_t){dot_bf16_avx512, legacy_act_copy, &bf16_gemm};
-}
-
-kern_rows_fn float_rows_avx512(kern_dot_fn dot) {
-    static const struct {
-        kern_dot_fn dot;
-        kern_rows_fn rows;
-    } pairs[] = {
-        {dot_f32_avx512, rows_f32_avx512},
-        {dot_f16_avx512, rows_f16_avx512},
-        {dot_bf16_avx512, rows_bf16_avx512},
-    };
-    for (size_t i = 0; i < sizeof(pairs) / sizeof(pairs[0]); i++)
-        if (pairs[i].dot == dot) return pairs[i].rows;
-    return NULL;
+void legacy_register_float_avx512(kern_table_t t, const kern_options_t *o) {
+    (void)o;
+    t[TYPE_F32][ISA_AVX512] = (kern_ops_t){dot_f32_avx512, legacy_act_copy, rows_f32_avx512, &f32_gemm};
+    t[TYPE_F16][ISA_AVX512] = (kern_ops_t){dot_f16_avx512, legacy_act_copy, rows_f16_avx512, &f16_gemm};
+    t[TYPE_BF16][ISA_AVX512] = (kern_ops_t){dot_bf16_avx512, legacy_act_copy, rows_bf16_avx512, &bf16_gemm};
 }
 
 #endif /* __x86_64__ */

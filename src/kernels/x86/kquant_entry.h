@@ -1,6 +1,6 @@
 /*
- * kquant_entry.h - the entry points of a K-format SIMD file (kquant_avx2.c,
- * kquant_avx512.c). Included after the file has defined KQ_ISA (the name
+ * kquant_entry.h - the entry points of a K-format SIMD matvec file
+ * (kquant_avx2_matvec.c, kquant_avx512_matvec.c). Included after the file has defined KQ_ISA (the name
  * suffix) and its two kernel templates, by default named
  *
  *   affine_kernel(nb, rows, nr, xa, stride, nc, out, is_q5)   Q4_K / Q5_K
@@ -11,7 +11,7 @@
  * same per-block function applied to every (row, column), so that no result
  * depends on the tile it was computed in. This file instantiates the tiles
  * (1 row x 1..4 columns for the table's dot; 2..4 rows x 1..2 columns for
- * kquant_dot_rows) and the dispatch over them.
+ * the rows functions) and the dispatch over them (kq_dot: kquant_tiles.h).
  */
 #ifndef KQ_ISA
 #error "define KQ_ISA before including kquant_entry.h"
@@ -21,7 +21,14 @@
 #define KQ_CAT(a, b) KQ_CAT2(a, b)
 #define KQ_NAME(n) KQ_CAT(n, KQ_ISA)
 
-typedef void (*kq_tile_fn)(int64_t nb, const void *const *w, const char *xa, size_t st, float *out);
+#include "kernels/x86/kquant_tiles.h"
+
+/* Linkage of the tile tables and the rows entry points: static, unless the
+ * file shares them with its GEMM half (then declared hidden in its header
+ * and KQ_LINKAGE defined empty). */
+#ifndef KQ_LINKAGE
+#define KQ_LINKAGE static
+#endif
 
 #define KQ_TILE(fmt, kernel, q5, nr, nc)                                                               \
     static void fmt##_##nr##x##nc(int64_t nb, const void *const *w, const char *xa, size_t st, float *o) { \
@@ -38,7 +45,7 @@ typedef void (*kq_tile_fn)(int64_t nb, const void *const *w, const char *xa, siz
     KQ_TILE(fmt, kernel, q5, 3, 2)                                                                                   \
     KQ_TILE(fmt, kernel, q5, 4, 1)                                                                                   \
     KQ_TILE(fmt, kernel, q5, 4, 2)                                                                                   \
-    static const kq_tile_fn fmt##_tiles[KQUANT_MAX_ROWS][KERN_MAX_COLS] = {                                         \
+    KQ_LINKAGE const kq_tile_fn fmt##_tiles[KQUANT_MAX_ROWS][KERN_MAX_COLS] = {                                     \
         {fmt##_1x1, fmt##_1x2, fmt##_1x3, fmt##_1x4},                                                                \
         {fmt##_2x1, fmt##_2x2, NULL, NULL},                                                                          \
         {fmt##_3x1, fmt##_3x2, NULL, NULL},                                                                          \
@@ -55,16 +62,6 @@ _Static_assert(KQUANT_MAX_ROWS == 4 && KERN_MAX_COLS == 4 && KQUANT_MAX_ACC >= 8
 KQ_TILES(q4k, KQ_AFFINE_KERNEL, 0)
 KQ_TILES(q5k, KQ_AFFINE_KERNEL, 1)
 KQ_TILES(q6k, KQ_Q6_KERNEL, 0)
-
-/* One row, any number of columns, in groups of up to KERN_MAX_COLS. */
-static void kq_dot(int64_t k, const void *w, const void *xa, size_t st, int ncols, float *out,
-                   const kq_tile_fn tiles[KQUANT_MAX_ROWS][KERN_MAX_COLS]) {
-    TERN_CHECK(k % QK_K == 0);
-    for (int c0 = 0; c0 < ncols; c0 += KERN_MAX_COLS) {
-        const int nc = ncols - c0 < KERN_MAX_COLS ? ncols - c0 : KERN_MAX_COLS;
-        tiles[0][nc - 1](k / QK_K, &w, (const char *)xa + (size_t)c0 * st, st, out + c0);
-    }
-}
 
 /* Several rows in lockstep where a tile exists (up to 2 columns), else row
  * by row: the same bits either way. */
@@ -83,7 +80,7 @@ static void kq_dot_rows(int64_t k, const void *const *w, int nrows, const void *
     static void KQ_NAME(dot_##FMT)(int64_t k, const void *w, const void *xa, size_t st, int ncols, float *out) {    \
         kq_dot(k, w, xa, st, ncols, out, fmt##_tiles);                                                             \
     }                                                                                                              \
-    static void KQ_NAME(dot_rows_##FMT)(int64_t k, const void *const *w, int nrows, const void *xa, size_t st,      \
+    KQ_LINKAGE void KQ_NAME(dot_rows_##FMT)(int64_t k, const void *const *w, int nrows, const void *xa, size_t st,  \
                                         int ncols, float *out) {                                                   \
         kq_dot_rows(k, w, nrows, xa, st, ncols, out, fmt##_tiles);                                                 \
     }

@@ -1,6 +1,6 @@
 /*
  * rows_entry.h - ROWS_ENTRY(name, body, dot): the kern_rows_fn of a 32-block
- * or float kernel file (legacy_avx2.c, legacy_avx512.c, float_avx512.c),
+ * or float kernel file (legacy_avx2_matvec.c, legacy_avx512_matvec.c, float_avx2.c, float_avx512.c),
  * instantiating the file's lockstep template `body(k, w, nr, xa, st, nc,
  * out)` for constant row and column counts. ISA-neutral (no intrinsics);
  * ROWS_ENTRY_A adds a function attribute (e.g. a target) to the entry.

@@ -1,7 +1,7 @@
 /*
  * x86_util.h - what the AVX2 and AVX-512 kernel files share (include it
  * through avx2_util.h or avx512_util.h, from files compiled with at least
- * -mavx2 -mfma -mf16c): the inlining attribute and the fixed-order
+ * -mavx2 -mfma -mf16c): the inlining attribute (kernels/inline.h) and the fixed-order
  * horizontal sum of eight floats.
  */
 #ifndef TERN_KERNELS_X86_UTIL_H
@@ -9,7 +9,8 @@
 
 #include <immintrin.h>
 
-#define ALWAYS_INLINE static inline __attribute__((always_inline))
+#include "kernels/inline.h"
+
 
 /* Fixed reduction order: high half onto low half, then pairs, then lanes. */
 static inline float hsum8(__m256 v) {

@@ -1,0 +1,481 @@
+/*
+ * kquant_avx512_gemm.c - the AVX-512 GEMM (kern_gemm_t) of Q4_K, Q5_K and
+ * Q6_K weights against Q8_K activations, used for 5 or more columns
+ * (registered by kquant_avx512_matvec.c). Every (row, column) takes THE
+ * FLOAT ORDER stated at the top of kquant_avx512_matvec.c (exact T_b, M_b
+ * per super-block, one float chain), so the GEMM gives the bits of the dot;
+ * kquant_avx512.h holds what the two files share.
+ *
+ * ---- GEMM (kern_gemm_t) ---------------------------------------------------
+ *
+ * prep lays out 16 columns per group, per super-block (GQ_ACT_SB bytes):
+ *   [GQ_ACT_QS] 64 vectors; vector i holds k-slice 4i..4i+3 of each of the 16
+ *               columns (dword c = column c), each byte XOR 0x80, i.e. a + 128
+ *               as an unsigned byte;
+ *   [GQ_ACT_P]  4 vectors; dword c of vector i = (S_2i, S_2i+1) of column c
+ *               as an int16 pair, S_j = bsums[2j] + bsums[2j+1];
+ *   [GQ_ACT_D]  the 16 columns' da.
+ * Lanes of missing columns (a partial group) are zero.
+ * run (per thread, on a chunk of rows) loops over
+ *   column blocks (up to gq_gmax groups, whose activations stay in L2)
+ *     row blocks (up to gq_mc rows, decoded into per-thread scratch: one
+ *                 gq_row_t per row and super-block, in panels of GQ_R rows)
+ *       k-chunks (GQ_KC super-blocks: a group's chunk of activations, 17 KB,
+ *                 stays in L1 while every panel passes over it)
+ *         groups, panels: the micro-kernel, GQ_R rows x 16 columns,
+ * with the float chains of the column block parked in scratch between
+ * k-chunks (a float stored and reloaded is the same float, and each chain
+ * still sees its super-blocks in order).
+ * Micro-kernel, per super-block and row: T starts at negc = -128 * sum_j sc_j
+ * * sum_{i in j} q_i (the correction of the +128 offset, computed once per
+ * row and super-block at decode); per sub-block, k-slice by k-slice, one
+ * activation vector is loaded and serves every row: vpdpbusd(activations +
+ * 128 (unsigned), the row's weight dword broadcast from memory (signed: Q4_K
+ * 0..15, Q5_K 0..31, Q6_K q - 32)) into the row's zeroed sub-block
+ * accumulator; then T += accumulator * sc_j (vpmulld with a broadcast
+ * operand). Two sub-blocks are in flight per row (two independent chains).
+ * M_b is four vpdpwssd of the row's mins pairs against the [GQ_ACT_P]
+ * vectors; then the chain above with 16 lanes = 16 columns.
+ * Measured choices (docs/PERF.md): the embedded broadcast of the weights
+ * (signed operand, hence the +128 offset on the activations) beat
+ * broadcasting unsigned weights into a register (one fused uop per vpdpbusd
+ * instead of two); the sub-block scale cannot go through vpdpwssd because a sub-block
+ * sum does not fit int16, so it costs one vpmulld per row and sub-block.
+ * With few columns (up to 6, Q6_K 8) run uses the matvec tiles instead
+ * (gq_run_small): same chain, same bits, faster than 16 lanes mostly idle.
+ * Bounds of the offset form: per sub-block |sum q_i (a_i + 128)| <= 32 * 31 *
+ * 255 (Q6_K: 16 * 32 * 255), scaled and summed over the super-block below
+ * 2^29, the correction likewise.
+ */
+#include "kernels/x86/kquant_avx512.h"
+
+/* ==== GEMM ================================================================== */
+
+#define GQ_LANES KERN_GEMM_GROUP /* columns per vector */
+#define GQ_R 8                   /* rows per micro-kernel panel */
+#define GQ_MC_MAX 64             /* rows decoded per block */
+#define GQ_MC_BYTES (256 * 1024) /* decoded bytes per block (L2) */
+#define GQ_KC 4                  /* super-blocks per k-chunk: 4 * GQ_ACT_SB = 17 KB of activations (L1) */
+#define GQ_GMAX 32               /* groups of 16 columns per column block, at most */
+#define GQ_GMAX_BYTES (768 * 1024) /* their activations (L2) */
+
+/* prep's layout of one super-block of a 16-column group (see the header) */
+#define GQ_ACT_QS 0
+#define GQ_ACT_P (GQ_ACT_QS + 64 * 64)
+#define GQ_ACT_D (GQ_ACT_P + 4 * 64)
+#define GQ_ACT_SB (GQ_ACT_D + 64)
+
+_Static_assert(GQ_LANES == 16, "one zmm of int32 per group of columns");
+
+/* One row's super-block, decoded for the micro-kernel. w: the 256 weights
+ * as signed bytes (Q4_K 0..15 / Q5_K 0..31, the sub-blocks stored in the
+ * order of gq_sub below; Q6_K: q - 32 in natural order); sc: sub-block scales as
+ * int32 (natural order); mn: mins pairs (m_2i, m_2i+1) as int16 pairs; negc:
+ * -128 * sum_j sc_j * sum_{i in j} w_i, the correction of the +128 offset of
+ * the activations. */
+typedef struct {
+    int8_t w[QK_K];
+    int32_t sc[16];
+    uint32_t mn[4];
+    float d, dmin;
+    int32_t negc, pad;
+} gq_row_t;
+_Static_assert(sizeof(gq_row_t) % 32 == 0, "gq_row_t: whole 32-byte units");
+
+/* Q4_K/Q5_K storage order: 32-byte unit s of w holds sub-block gq_sub[s]
+ * (the lo / hi vectors of affine_unpack, stored as they come). */
+static const int gq_sub[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+
+static size_t gq_group_size(int64_t k) {
+    if (k <= 0 || k % QK_K) return 0;
+    const uint64_t nb = (uint64_t)(k / QK_K);
+    if (nb > SIZE_MAX / GQ_ACT_SB) return 0;
+    return (size_t)nb * GQ_ACT_SB;
+}
+
+/* Rows decoded per block: as many as fit GQ_MC_BYTES, a multiple of GQ_R,
+ * at least GQ_R, at most GQ_MC_MAX. */
+static int64_t gq_mc(int64_t nb) {
+    const int64_t per_row = nb * (int64_t)sizeof(gq_row_t);
+    int64_t mc = (int64_t)GQ_MC_BYTES / (per_row > 0 ? per_row : 1) / GQ_R * GQ_R;
+    if (mc < GQ_R) mc = GQ_R;
+    if (mc > GQ_MC_MAX) mc = GQ_MC_MAX;
+    return mc;
+}
+
+/* Bytes of a decoded row block (gq_mc rows), a multiple of 64. */
+static size_t gq_dec_bytes(int64_t nb) {
+    return ((size_t)gq_mc(nb) * (size_t)nb * sizeof(gq_row_t) + 63) & ~(size_t)63;
+}
+
+/* Groups per column block: as many as fit GQ_GMAX_BYTES of activations,
+ * 1..GQ_GMAX. */
+static int64_t gq_gmax(int64_t nb) {
+    const int64_t per_group = nb * (int64_t)GQ_ACT_SB;
+    int64_t g = (int64_t)GQ_GMAX_BYTES / (per_group > 0 ? per_group : 1);
+    if (g < 1) g = 1;
+    if (g > GQ_GMAX) g = GQ_GMAX;
+    return g;
+}
+
+/* The decoded row block, then the float chains of one column block. */
+static size_t gq_scratch_size(int64_t k) {
+    if (k <= 0 || k % QK_K) return 0;
+    const uint64_t nb = (uint64_t)(k / QK_K);
+    if (nb > SIZE_MAX / 2 / sizeof(gq_row_t) / GQ_MC_MAX) return SIZE_MAX; /* the allocation fails: ENOMEM */
+    return gq_dec_bytes((int64_t)nb) +
+           (size_t)(GQ_MC_MAX / GQ_R) * (size_t)gq_gmax((int64_t)nb) * GQ_R * GQ_LANES * sizeof(float);
+}
+
+/* 16 x 16 transpose of dwords: out[i] dword c = in[c] dword i. */
+TERN_INLINE void transpose16(__m512i r[16]) {
+    __m512i t[16], u[16];
+#pragma GCC unroll 8
+    for (int p = 0; p < 8; p++) {
+        t[2 * p] = _mm512_unpacklo_epi32(r[2 * p], r[2 * p + 1]);
+        t[2 * p + 1] = _mm512_unpackhi_epi32(r[2 * p], r[2 * p + 1]);
+    }
+    /* u[4p + e], lane k = rows 4p..4p+3, element 4k + e */
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        u[4 * p + 0] = _mm512_unpacklo_epi64(t[4 * p], t[4 * p + 2]);
+        u[4 * p + 1] = _mm512_unpackhi_epi64(t[4 * p], t[4 * p + 2]);
+        u[4 * p + 2] = _mm512_unpacklo_epi64(t[4 * p + 1], t[4 * p + 3]);
+        u[4 * p + 3] = _mm512_unpackhi_epi64(t[4 * p + 1], t[4 * p + 3]);
+    }
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) {
+        const __m512i x0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x44), x1 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xEE);
+        const __m512i y0 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x44);
+        const __m512i y1 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xEE);
+        r[e] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+        r[4 + e] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
+        r[8 + e] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+        r[12 + e] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
+    }
+}
+
+/* One group of ncols (1..16) Q8_K columns into the layout of the header. */
+static void gq_prep(int64_t k, const void *xav, size_t st, int ncols, void *xgv) {
+    TERN_CHECK(k % QK_K == 0 && ncols >= 1 && ncols <= GQ_LANES);
+    const char *xa = xav;
+    uint8_t *xg = xgv;
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < k / QK_K; b++) {
+        uint8_t *o = xg + (size_t)b * GQ_ACT_SB;
+        for (int q = 0; q < 4; q++) {
+            __m512i r[16];
+            for (int c = 0; c < GQ_LANES; c++)
+                r[c] = c < ncols ? _mm512_xor_si512(loadu512(act_at(xa, st, c, b)->qs + 64 * q), bias)
+                                 : _mm512_setzero_si512();
+            transpose16(r);
+            for (int i = 0; i < 16; i++) _mm512_storeu_si512(o + GQ_ACT_QS + 64 * (16 * q + i), r[i]);
+        }
+        uint32_t P[4][GQ_LANES];
+        float D[GQ_LANES];
+        for (int c = 0; c < GQ_LANES; c++) {
+            if (c >= ncols) {
+                for (int i = 0; i < 4; i++) P[i][c] = 0;
+                D[c] = 0.0f;
+                continue;
+            }
+            const block_q8_K *a = act_at(xa, st, c, b);
+            for (int i = 0; i < 4; i++) {
+                const int s0 = a->bsums[4 * i] + a->bsums[4 * i + 1], s1 = a->bsums[4 * i + 2] + a->bsums[4 * i + 3];
+                P[i][c] = (uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16;
+            }
+            D[c] = a->d;
+        }
+        memcpy(o + GQ_ACT_P, P, sizeof P);
+        memcpy(o + GQ_ACT_D, D, sizeof D);
+    }
+}
+
+/* sum of the 16 int32 lanes (exact) */
+TERN_INLINE int32_t hsum_epi32(__m512i v) {
+    __m256i s = _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4E));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xB1));
+    return _mm_cvtsi128_si32(x);
+}
+
+/* Byte selectors: lane L of the result = byte sel(L) of each 128-bit lane
+ * of the source, 16 times. */
+#define B16(x) W4(x), W4(x), W4(x), W4(x)
+/* Q4_K/Q5_K: the scale of each byte of lo / hi of half h (see affine_unpack) */
+static const v512_t g_gq_scb[2][2] = {{{.b = {B16(0), B16(0), B16(2), B16(2)}}, {.b = {B16(1), B16(1), B16(3), B16(3)}}},
+                                      {{.b = {B16(4), B16(4), B16(6), B16(6)}}, {.b = {B16(5), B16(5), B16(7), B16(7)}}}};
+/* Q6_K: the scale of each byte of q01 / q23 of half h (see q6k_unpack) */
+static const v512_t g_gq_scb6[2][2] = {{{.b = {B16(0), B16(1), B16(2), B16(3)}}, {.b = {B16(4), B16(5), B16(6), B16(7)}}},
+                                       {{.b = {B16(8), B16(9), B16(10), B16(11)}},
+                                        {.b = {B16(12), B16(13), B16(14), B16(15)}}}};
+
+/* One Q4_K (q5 = 0) / Q5_K block of one row into o. */
+static void gq_decode_affine(const uint8_t *blk, gq_row_t *o, const int q5) {
+    uint64_t sc8, m8;
+    kquant_scales_k4(blk + offsetof(block_q4_K, scales), &sc8, &m8);
+    __m512i q[4];
+    affine_unpack(blk + (q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs)),
+                  q5 ? blk + offsetof(block_q5_K, qh) : NULL, q);
+    /* sum_j sc_j * (sum of sub-block j's weights), by vpdpbusd against the
+     * scale of each weight's sub-block */
+    const __m512i scb = _mm512_set1_epi64((long long)sc8);
+    __m512i cs = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        _mm512_storeu_si512(o->w + 64 * v, q[v]);
+        cs = _mm512_dpbusd_epi32(cs, q[v], _mm512_shuffle_epi8(scb, g_gq_scb[v >> 1][v & 1].v));
+    }
+    o->negc = -128 * hsum_epi32(cs);
+    _mm256_storeu_si256((__m256i *)o->sc, _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8)));
+    _mm_storeu_si128((__m128i *)o->mn, _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m8)));
+    fp16_t hd, hm;
+    memcpy(&hd, blk, sizeof hd);
+    memcpy(&hm, blk + sizeof hd, sizeof hm);
+    o->d = _cvtsh_ss(hd);
+    o->dmin = _cvtsh_ss(hm);
+}
+
+/* One Q6_K block of one row into o. */
+static void gq_decode_q6(const block_q6_K *w, gq_row_t *o) {
+    __m512i q[4];
+    q6k_unpack(w, q);
+    const __m128i sc = loadu128(w->scales);
+    const __m512i scx = _mm512_broadcast_i32x4(sc);
+    const __m512i m32 = _mm512_set1_epi8(32);
+    __m512i cs = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        _mm512_storeu_si512(o->w + 64 * v, _mm512_sub_epi8(q[v], m32));
+        cs = _mm512_dpbusd_epi32(cs, q[v], _mm512_shuffle_epi8(scx, g_gq_scb6[v >> 1][v & 1].v));
+    }
+    /* sum_j sc_j * sum_{i in j} (q_i - 32) = sum_j sc_j * sum q_i - 512 * sum_j sc_j */
+    const __m512i sc32 = _mm512_cvtepi8_epi32(sc);
+    o->negc = -128 * (hsum_epi32(cs) - 512 * hsum_epi32(sc32));
+    _mm512_storeu_si512(o->sc, sc32);
+    memset(o->mn, 0, sizeof o->mn);
+    o->d = _cvtsh_ss(w->d);
+    o->dmin = 0.0f;
+}
+
+/* acc + vpdpbusd(a, the dword at p broadcast), with the broadcast embedded
+ * in the instruction (one fused uop; compilers load it separately). dp0
+ * starts from a zero it makes itself (a zero idiom, no copy of a shared
+ * zero register). */
+TERN_INLINE __m512i dp_bcast(__m512i acc, __m512i a, const void *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*(const int32_t *)p));
+    return acc;
+}
+TERN_INLINE __m512i dp0_bcast(__m512i a, const void *p) {
+    __m512i acc;
+    __asm__("vpxord %0, %0, %0\n\tvpdpbusd %2%{1to16%}, %1, %0" : "=&v"(acc) : "v"(a), "m"(*(const int32_t *)p));
+    return acc;
+}
+/* t + d * (the int32 at p), in place (one asm block, so that the add
+ * stays next to its multiply and t stays in a register) */
+TERN_INLINE __m512i muladd_bcast(__m512i t, __m512i d, const int32_t *p) {
+    __asm__("vpmulld %2%{1to16%}, %1, %1\n\tvpaddd %1, %0, %0" : "+v"(t), "+v"(d) : "m"(*p));
+    return t;
+}
+
+/* GQ_R rows (pw: [b][GQ_R] decoded) x 16 columns (xg: one group) over nb
+ * super-blocks, continuing the float chains of st[r][c] (row r, column c;
+ * first: start them at +0.0f) and leaving them there. Per sub-block, k-slice by k-slice: one
+ * activation vector, then one vpdpbusd per row (the rows' chains advance
+ * together, so independent instructions follow each other). q6: Q6_K's 16
+ * sub-blocks of 16 (4 k-slices each, in order, no mins); else Q4_K/Q5_K's
+ * 8 sub-blocks of 32 (8 k-slices each, stored in gq_sub order, with mins).
+ * Inlined with a constant q6 into the two kernels below. */
+TERN_INLINE void gq_kernel(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first,
+                         const bool q6) {
+    const int units = q6 ? 16 : 8, slices = q6 ? 4 : 8; /* per unit: 4 * slices weight bytes */
+    __m512 acc[GQ_R];
+#pragma GCC unroll 8
+    for (int r = 0; r < GQ_R; r++) acc[r] = first ? _mm512_setzero_ps() : _mm512_load_ps(st[r]);
+    for (int64_t b = 0; b < nb; b++) {
+        const gq_row_t *w = pw + b * GQ_R;
+        const uint8_t *x = xg + (size_t)b * GQ_ACT_SB;
+        __m512i T[GQ_R];
+#pragma GCC unroll 8
+        for (int r = 0; r < GQ_R; r++) T[r] = _mm512_set1_epi32(w[r].negc);
+#pragma GCC unroll 8
+        for (int u = 0; u < units; u += 2) { /* storage units u, u + 1: two chains per row */
+            const int j0 = q6 ? u : gq_sub[u], j1 = q6 ? u + 1 : gq_sub[u + 1];
+            const uint8_t *x0 = x + GQ_ACT_QS + 64 * slices * j0, *x1 = x + GQ_ACT_QS + 64 * slices * j1;
+            const int o0 = 4 * slices * u, o1 = o0 + 4 * slices;
+            __m512i d0[GQ_R], d1[GQ_R];
+            {
+                const __m512i a0 = _mm512_loadu_si512(x0), a1 = _mm512_loadu_si512(x1);
+#pragma GCC unroll 8
+                for (int r = 0; r < GQ_R; r++) {
+                    d0[r] = dp0_bcast(a0, w[r].w + o0);
+                    d1[r] = dp0_bcast(a1, w[r].w + o1);
+                }
+            }
+#pragma GCC unroll 7
+            for (int i = 1; i < slices; i++) {
+                const __m512i a0 = _mm512_loadu_si512(x0 + 64 * i), a1 = _mm512_loadu_si512(x1 + 64 * i);
+#pragma GCC unroll 8
+                for (int r = 0; r < GQ_R; r++) {
+                    d0[r] = dp_bcast(d0[r], a0, w[r].w + o0 + 4 * i);
+                    d1[r] = dp_bcast(d1[r], a1, w[r].w + o1 + 4 * i);
+                }
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < GQ_R; r++) {
+                T[r] = muladd_bcast(T[r], d0[r], &w[r].sc[j0]);
+                T[r] = muladd_bcast(T[r], d1[r], &w[r].sc[j1]);
+            }
+        }
+        const __m512 DA = _mm512_loadu_ps(x + GQ_ACT_D);
+        if (q6) {
+#pragma GCC unroll 8
+            for (int r = 0; r < GQ_R; r++)
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T[r]), _mm512_mul_ps(DA, _mm512_set1_ps(w[r].d)), acc[r]);
+            continue;
+        }
+        __m512i P[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) P[i] = _mm512_loadu_si512(x + GQ_ACT_P + 64 * i);
+#pragma GCC unroll 8
+        for (int r = 0; r < GQ_R; r++) {
+            __m512i m = _mm512_dpwssd_epi32(_mm512_setzero_si512(), P[0], _mm512_set1_epi32((int)w[r].mn[0]));
+#pragma GCC unroll 3
+            for (int i = 1; i < 4; i++) m = _mm512_dpwssd_epi32(m, P[i], _mm512_set1_epi32((int)w[r].mn[i]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T[r]), _mm512_mul_ps(DA, _mm512_set1_ps(w[r].d)), acc[r]);
+            acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(DA, _mm512_set1_ps(w[r].dmin)), acc[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < GQ_R; r++) _mm512_store_ps(st[r], acc[r]);
+}
+static void gq_kernel_affine(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
+    gq_kernel(pw, xg, nb, st, first, false);
+}
+static void gq_kernel_q6(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
+    gq_kernel(pw, xg, nb, st, first, true);
+}
+
+enum { GQ_Q4K, GQ_Q5K, GQ_Q6K };
+
+/* Few columns: most lanes of a 16-column group would be wasted, and the
+ * matvec tiles are faster; they compute the same chain, so the bits are the
+ * same. By measurement (docs/PERF.md), Q4_K/Q5_K take 4x2 tiles up to
+ * GQ_SMALL_N columns, Q6_K 1x4 tiles up to GQ_SMALL_N6. */
+#define GQ_SMALL_N 6
+#define GQ_SMALL_N6 8
+static void gq_run_small(const kern_gemm_args_t *a, const char *w, size_t row_bytes, int64_t nrows, float *y,
+                         int64_t ldy, const int fmt) {
+    const int n = (int)a->n;
+    const char *xa = a->xa;
+    if (fmt == GQ_Q6K) {
+        for (int64_t r = 0; r < nrows; r++) {
+            float out[GQ_SMALL_N6];
+            kq_dot(a->k, w + (size_t)r * row_bytes, xa, a->xa_stride, n, out, q6k_tiles); /* = dot_q6_K_avx512 */
+            for (int c = 0; c < n; c++) y[c * ldy + r] = out[c];
+        }
+        return;
+    }
+    const kern_rows_fn rows_fn = fmt == GQ_Q5K ? dot_rows_q5_K_avx512 : dot_rows_q4_K_avx512;
+    for (int64_t r0 = 0; r0 < nrows; r0 += KQUANT_MAX_ROWS) {
+        const int nr = nrows - r0 < KQUANT_MAX_ROWS ? (int)(nrows - r0) : KQUANT_MAX_ROWS;
+        const void *wp[KQUANT_MAX_ROWS];
+        for (int i = 0; i < nr; i++) wp[i] = w + (size_t)(r0 + i) * row_bytes;
+        for (int c0 = 0; c0 < n; c0 += 2) {
+            const int nc = n - c0 < 2 ? n - c0 : 2;
+            float out[KQUANT_MAX_ROWS * 2];
+            rows_fn(a->k, wp, nr, xa + (size_t)c0 * a->xa_stride, a->xa_stride, nc, out);
+            for (int i = 0; i < nr; i++)
+                for (int c = 0; c < nc; c++) y[(c0 + c) * ldy + r0 + i] = out[i * nc + c];
+        }
+    }
+}
+
+/* run: columns in blocks of up to gq_gmax groups (whose activations stay in
+ * L2 while every row passes over them); rows in blocks of up to gq_mc
+ * decoded rows (L2); k in chunks of GQ_KC super-blocks. Per chunk and group
+ * the activations (GQ_KC * GQ_ACT_SB bytes) stay in L1 while every panel of
+ * the row block passes over them; the float chains wait in scratch between
+ * chunks (stored and reloaded exactly). */
+TERN_INLINE void gq_run(const kern_gemm_args_t *a, const void *wv, size_t row_bytes, int64_t nrows, float *y,
+                      int64_t ldy, void *scratch, const int fmt) {
+    TERN_CHECK(a->k % QK_K == 0 && a->xg != NULL && scratch != NULL);
+    if (a->n <= (fmt == GQ_Q6K ? GQ_SMALL_N6 : GQ_SMALL_N)) {
+        gq_run_small(a, wv, row_bytes, nrows, y, ldy, fmt);
+        return;
+    }
+    const int64_t nb = a->k / QK_K, ngroups = (a->n + GQ_LANES - 1) / GQ_LANES;
+    const int64_t mc_max = gq_mc(nb), gmax = gq_gmax(nb);
+    const size_t bsz = fmt == GQ_Q6K ? sizeof(block_q6_K) : fmt == GQ_Q5K ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const char *w = wv;
+    /* decoded rows: panel p, super-block b, row r at dec[(p * nb + b) * GQ_R + r];
+     * chains: panel p, group g of the column block at st[p * gmax + g] */
+    gq_row_t *dec = scratch;
+    float(*st)[GQ_R][GQ_LANES] = (void *)((char *)scratch + gq_dec_bytes(nb));
+    for (int64_t g0 = 0; g0 < ngroups; g0 += gmax) {
+        const int64_t gn = ngroups - g0 < gmax ? ngroups - g0 : gmax;
+        for (int64_t r0 = 0; r0 < nrows; r0 += mc_max) {
+            const int64_t mc = nrows - r0 < mc_max ? nrows - r0 : mc_max;
+            const int64_t np = (mc + GQ_R - 1) / GQ_R;
+            for (int64_t i = 0; i < np * GQ_R; i++) {
+                gq_row_t *o = dec + (i / GQ_R) * nb * GQ_R + i % GQ_R;
+                if (i >= mc) {
+                    for (int64_t b = 0; b < nb; b++) memset(o + b * GQ_R, 0, sizeof *o);
+                    continue;
+                }
+                const char *row = w + (size_t)(r0 + i) * row_bytes;
+                for (int64_t b = 0; b < nb; b++) {
+                    const char *blk = row + (size_t)b * bsz;
+                    if (fmt == GQ_Q6K) gq_decode_q6((const block_q6_K *)blk, o + b * GQ_R);
+                    else gq_decode_affine((const uint8_t *)blk, o + b * GQ_R, fmt == GQ_Q5K);
+                }
+            }
+            for (int64_t k0 = 0; k0 < nb; k0 += GQ_KC) {
+                const int64_t kc = nb - k0 < GQ_KC ? nb - k0 : GQ_KC;
+                for (int64_t g = 0; g < gn; g++) {
+                    const uint8_t *xg = (const uint8_t *)a->xg + (size_t)(g0 + g) * a->xg_group + (size_t)k0 * GQ_ACT_SB;
+                    for (int64_t p = 0; p < np; p++) {
+                        const gq_row_t *pw = dec + (p * nb + k0) * GQ_R;
+                        if (fmt == GQ_Q6K) gq_kernel_q6(pw, xg, kc, st[p * gmax + g], k0 == 0);
+                        else gq_kernel_affine(pw, xg, kc, st[p * gmax + g], k0 == 0);
+                    }
+                }
+            }
+            for (int64_t g = 0; g < gn; g++) {
+                const int64_t c0 = (g0 + g) * GQ_LANES;
+                const int nc = a->n - c0 < GQ_LANES ? (int)(a->n - c0) : GQ_LANES;
+                for (int64_t p = 0; p < np; p++) {
+                    const int64_t rb = r0 + p * GQ_R;
+                    const int nr = nrows - rb < GQ_R ? (int)(nrows - rb) : GQ_R;
+                    const float(*out)[GQ_LANES] = st[p * gmax + g];
+                    for (int c = 0; c < nc; c++) {
+                        float *yc = y + (c0 + c) * ldy + rb;
+                        for (int r = 0; r < nr; r++) yc[r] = out[r][c];
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void gq_run_q4k(const kern_gemm_args_t *a, const void *w, size_t rb, int64_t nr, float *y, int64_t ldy,
+                       void *s) {
+    gq_run(a, w, rb, nr, y, ldy, s, GQ_Q4K);
+}
+static void gq_run_q5k(const kern_gemm_args_t *a, const void *w, size_t rb, int64_t nr, float *y, int64_t ldy,
+                       void *s) {
+    gq_run(a, w, rb, nr, y, ldy, s, GQ_Q5K);
+}
+static void gq_run_q6k(const kern_gemm_args_t *a, const void *w, size_t rb, int64_t nr, float *y, int64_t ldy,
+                       void *s) {
+    gq_run(a, w, rb, nr, y, ldy, s, GQ_Q6K);
+}
+
+/* One prep (and group_size) for the three formats, so that matrices of
+ * different K formats sharing an input share its layout. */
+static const kern_gemm_t g_gemm_q4k = {gq_group_size, gq_prep, gq_scratch_size, gq_run_q4k};
+static const kern_gemm_t g_gemm_q5k = {gq_group_size, gq_prep, gq_scratch_size, gq_run_q5k};
+static const kern_gemm_t g_gemm_q6k = {gq_group_size, gq_prep, gq_scratch_size, gq_run_q6k};
+
+const kern_gemm_t *const kquant_avx512_gemm[3] = {&g_gemm_q4k, &g_gemm_q5k, &g_gemm_q6k};
