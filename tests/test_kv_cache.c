@@ -19,10 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "dev/mkmodel.h"
 #include "format/quant.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -32,27 +29,6 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static const char *tiny_file(const char *shape) {
-    static char path[2][1024];
-    static int slot;
-    char *p = path[slot++ % 2];
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/test_model_files", TERN_BUILD_DIR);
-    if (mkdir(dir, 0755) != 0) assert_int_equal(access(dir, W_OK), 0);
-    snprintf(p, sizeof path[0], "%s/kv-%.64s-f32.gguf", dir, shape);
-    mk_opts_t o = {0};
-    o.shape = shape;
-    o.type = "f32";
-    o.out = p;
-    o.seed = 3;
-    o.n_threads = 1;
-    tern_error_t err = {0};
-    int rc = mk_model_write(&o, &err);
-    if (rc) print_message("mk_model_write %s: %s\n", shape, err.msg);
-    assert_int_equal(rc, 0);
-    return p;
-}
-
 static model_t *g_model;    /* "tiny": 2 layers, 2 KV heads x 64 */
 static model_t *g_model_64; /* "tiny-64": 2 layers, 2 KV heads x 16 */
 static int32_t g_tok[N_TOK];
@@ -60,9 +36,9 @@ static int32_t g_tok[N_TOK];
 static int setup(void **state) {
     (void)state;
     tern_error_t err = {0};
-    g_model = model_load(tiny_file("tiny"), &err);
+    g_model = model_load(tu_tiny_model("kv", "tiny", "f32", 3), &err);
     if (!g_model) print_message("%s\n", err.msg);
-    g_model_64 = model_load(tiny_file("tiny-64"), &err);
+    g_model_64 = model_load(tu_tiny_model("kv", "tiny-64", "f32", 3), &err);
     if (!g_model_64) print_message("%s\n", err.msg);
     uint64_t s = 5;
     for (int i = 0; i < N_TOK; i++) g_tok[i] = (int32_t)(tu_rand(&s) % 512u);
@@ -74,26 +50,6 @@ static int teardown(void **state) {
     model_free(g_model);
     model_free(g_model_64);
     return 0;
-}
-
-static model_ctx_t *new_ctx(const model_t *m, int threads, int64_t n_ctx, int64_t n_batch, bool kv_f32) {
-    model_ctx_params_t p = model_ctx_default_params();
-    p.n_threads = threads;
-    p.n_ctx = n_ctx;
-    p.n_batch = n_batch;
-    p.kv_f32 = kv_f32;
-    tern_error_t err = {0};
-    model_ctx_t *c = model_ctx_new(m, &p, NULL, 0, &err);
-    if (!c) print_message("model_ctx_new: %s\n", err.msg);
-    assert_non_null(c);
-    return c;
-}
-
-static void eval_ok(model_ctx_t *c, const int32_t *ids, int64_t n, float *all) {
-    tern_error_t err = {0};
-    int rc = model_eval(c, ids, n, all, &err);
-    if (rc) print_message("model_eval: %s\n", err.msg);
-    assert_int_equal(rc, 0);
 }
 
 static float *logits_buf(int64_t n) {
@@ -114,8 +70,8 @@ static void assert_same_logits(const float *run, int64_t first, const float *b, 
 /* The reference: the whole sequence in one context, every position's logits. */
 static float *reference_run(bool kv_f32) {
     float *ref = logits_buf(N_TOK);
-    model_ctx_t *c = new_ctx(g_model, 1, N_CTX, 512, kv_f32);
-    eval_ok(c, g_tok, N_TOK, ref);
+    model_ctx_t *c = tu_ctx_new(g_model, 1, N_CTX, 512, kv_f32);
+    tu_eval_ok(c, g_tok, N_TOK, ref);
     model_ctx_free(c);
     /* Not degenerate: positions differ. */
     assert_true(memcmp(ref, ref + g_model->hp.n_vocab, (size_t)g_model->hp.n_vocab * sizeof(float)) != 0);
@@ -190,15 +146,15 @@ static void truncate_case(bool kv_f32) {
     float *ref = reference_run(kv_f32), *got = logits_buf(N_TOK);
     tern_error_t err = {0};
     /* Blocks of 5 positions: the re-evaluation starts inside a block. */
-    model_ctx_t *c = new_ctx(g_model, 2, N_CTX, 5, kv_f32);
-    eval_ok(c, g_tok, N_TOK, got);
+    model_ctx_t *c = tu_ctx_new(g_model, 2, N_CTX, 5, kv_f32);
+    tu_eval_ok(c, g_tok, N_TOK, got);
     assert_same_logits(ref, 0, got, N_TOK, "first evaluation (blocks of 5) vs one block");
 
     /* Drop the last 17 positions, evaluate them again. */
     assert_int_equal(model_ctx_truncate(c, 7, &err), 0);
     assert_int_equal(model_ctx_pos(c), 7);
     assert_int_equal(kv_cache_n_pos(model_ctx_kv(c)), 7);
-    eval_ok(c, g_tok + 7, N_TOK - 7, got);
+    tu_eval_ok(c, g_tok + 7, N_TOK - 7, got);
     assert_same_logits(ref, 7, got, N_TOK - 7, "after truncate to 7");
 
     /* Overwrite positions 3.. with other tokens, truncate back, evaluate the
@@ -206,16 +162,16 @@ static void truncate_case(bool kv_f32) {
     assert_int_equal(model_ctx_truncate(c, 3, &err), 0);
     int32_t other[N_TOK - 3];
     for (int i = 0; i < N_TOK - 3; i++) other[i] = (g_tok[i + 3] + 101) % 512;
-    eval_ok(c, other, N_TOK - 3, NULL);
+    tu_eval_ok(c, other, N_TOK - 3, NULL);
     assert_int_equal(model_ctx_truncate(c, 3, &err), 0);
     for (int i = 3; i < N_TOK; i++) {
-        eval_ok(c, g_tok + i, 1, NULL);
+        tu_eval_ok(c, g_tok + i, 1, NULL);
         assert_same_logits(ref, i, model_ctx_logits(c), 1, "truncate, other tokens, truncate, one at a time");
     }
 
     /* Truncate to 0: a fresh start. Past the end: an error, nothing changes. */
     assert_int_equal(model_ctx_truncate(c, 0, &err), 0);
-    eval_ok(c, g_tok, N_TOK, got);
+    tu_eval_ok(c, g_tok, N_TOK, got);
     assert_same_logits(ref, 0, got, N_TOK, "after truncate to 0");
     expect_err(model_ctx_truncate(c, N_TOK + 1, &err), TERN_EINVAL, &err, "cannot truncate");
     expect_err(model_ctx_truncate(c, -1, &err), TERN_EINVAL, &err, "cannot truncate");
@@ -240,54 +196,54 @@ static void test_truncate_f32(void **state) {
 static void copy_prefix_case(bool kv_f32) {
     float *ref = reference_run(kv_f32), *got = logits_buf(N_TOK);
     tern_error_t err = {0};
-    model_ctx_t *a = new_ctx(g_model, 1, N_CTX, 512, kv_f32);
-    eval_ok(a, g_tok, N_TOK, NULL);
+    model_ctx_t *a = tu_ctx_new(g_model, 1, N_CTX, 512, kv_f32);
+    tu_eval_ok(a, g_tok, N_TOK, NULL);
 
     /* B: another n_ctx (so another layer stride), another batch and thread
      * count. Before each copy it holds positions of its own, from other
      * tokens, which the copy must replace. */
-    model_ctx_t *b = new_ctx(g_model, 2, N_CTX + 9, 4, kv_f32);
+    model_ctx_t *b = tu_ctx_new(g_model, 2, N_CTX + 9, 4, kv_f32);
     int32_t junk[N_TOK];
     for (int i = 0; i < N_TOK; i++) junk[i] = (g_tok[i] + 7) % 512;
     for (int64_t n = 0; n <= N_TOK; n += 6) {
         assert_int_equal(model_ctx_truncate(b, 0, &err), 0);
-        eval_ok(b, junk, N_TOK, NULL);
+        tu_eval_ok(b, junk, N_TOK, NULL);
         assert_int_equal(model_ctx_copy_prefix(b, a, n, &err), 0);
         assert_int_equal(model_ctx_pos(b), n);
         if (n == N_TOK) break;
-        eval_ok(b, g_tok + n, N_TOK - n, got);
+        tu_eval_ok(b, g_tok + n, N_TOK - n, got);
         char what[64];
         snprintf(what, sizeof what, "copy_prefix of %lld positions, then the rest", (long long)n);
         assert_same_logits(ref, n, got, N_TOK - n, what);
     }
     /* Continue both by one token: the same logits. */
     int32_t next = 42;
-    eval_ok(a, &next, 1, NULL);
-    eval_ok(b, &next, 1, NULL);
+    tu_eval_ok(a, &next, 1, NULL);
+    tu_eval_ok(b, &next, 1, NULL);
     assert_same_logits(model_ctx_logits(a), 0, model_ctx_logits(b), 1, "one more token after a full copy");
 
     /* Into itself: a truncation. */
     assert_int_equal(model_ctx_copy_prefix(a, a, 10, &err), 0);
     assert_int_equal(model_ctx_pos(a), 10);
-    eval_ok(a, g_tok + 10, N_TOK - 10, got);
+    tu_eval_ok(a, g_tok + 10, N_TOK - 10, got);
     assert_same_logits(ref, 10, got, N_TOK - 10, "copy_prefix of a context into itself");
 
     /* Errors leave dst as it was. */
     const int64_t pos_b = model_ctx_pos(b);
     expect_err(model_ctx_copy_prefix(b, a, N_TOK + 1, &err), TERN_EINVAL, &err, "cannot copy");
     expect_err(model_ctx_copy_prefix(b, a, -1, &err), TERN_EINVAL, &err, "cannot copy");
-    model_ctx_t *small = new_ctx(g_model, 1, 8, 8, kv_f32);
+    model_ctx_t *small = tu_ctx_new(g_model, 1, 8, 8, kv_f32);
     expect_err(model_ctx_copy_prefix(small, a, 9, &err), TERN_EINVAL, &err, "room for 8");
     assert_int_equal(model_ctx_pos(small), 0);
     /* The other KV type: a layout mismatch. */
-    model_ctx_t *other = new_ctx(g_model, 1, N_CTX, 512, !kv_f32);
+    model_ctx_t *other = tu_ctx_new(g_model, 1, N_CTX, 512, !kv_f32);
     expect_err(model_ctx_copy_prefix(other, a, 4, &err), TERN_EINVAL, &err, "between layouts");
     expect_err(model_ctx_copy_prefix(b, other, 0, &err), TERN_EINVAL, &err, "between layouts");
     assert_int_equal(model_ctx_pos(other), 0);
     assert_int_equal(model_ctx_pos(b), pos_b);
     /* Another model (another head_dim): the cache says layout, the context
      * says model. */
-    model_ctx_t *c64 = new_ctx(g_model_64, 1, N_CTX, 512, kv_f32);
+    model_ctx_t *c64 = tu_ctx_new(g_model_64, 1, N_CTX, 512, kv_f32);
     expect_err(model_ctx_copy_prefix(c64, a, 4, &err), TERN_EINVAL, &err, "different models");
     expect_err(kv_cache_copy_prefix(model_ctx_kv(c64), model_ctx_kv(a), 4, &err), TERN_EINVAL, &err,
                "between layouts");
@@ -318,38 +274,38 @@ static void test_copy_prefix_f32(void **state) {
 static void save_restore_case(bool kv_f32) {
     float *ref = reference_run(kv_f32), *got = logits_buf(N_TOK);
     tern_error_t err = {0};
-    model_ctx_t *a = new_ctx(g_model, 1, N_CTX, 512, kv_f32);
-    eval_ok(a, g_tok, N_SAVED, NULL);
+    model_ctx_t *a = tu_ctx_new(g_model, 1, N_CTX, 512, kv_f32);
+    tu_eval_ok(a, g_tok, N_SAVED, NULL);
     membuf_t buf;
     save_ok(a, &buf);
     assert_int_equal(buf.len, kv_cache_serialized_size(kv_cache_layout(model_ctx_kv(a)), N_SAVED));
 
     /* Into a fresh context with another n_ctx; continue: A's logits. */
-    model_ctx_t *b = new_ctx(g_model, 2, N_CTX + 5, 3, kv_f32);
+    model_ctx_t *b = tu_ctx_new(g_model, 2, N_CTX + 5, 3, kv_f32);
     assert_int_equal(model_ctx_kv_load(b, mem_read, rewind_to(&buf, buf.len), &err), 0);
     assert_int_equal(buf.off, buf.len);
     assert_int_equal(model_ctx_pos(b), N_SAVED);
-    eval_ok(b, g_tok + N_SAVED, N_TOK - N_SAVED, got);
+    tu_eval_ok(b, g_tok + N_SAVED, N_TOK - N_SAVED, got);
     assert_same_logits(ref, N_SAVED, got, N_TOK - N_SAVED, "restore, then the rest");
 
     /* Restoring over positions of its own (from other tokens) replaces them. */
     int32_t junk[N_TOK];
     for (int i = 0; i < N_TOK; i++) junk[i] = (g_tok[i] + 7) % 512;
     assert_int_equal(model_ctx_truncate(b, 0, &err), 0);
-    eval_ok(b, junk, N_TOK, NULL);
+    tu_eval_ok(b, junk, N_TOK, NULL);
     assert_int_equal(model_ctx_kv_load(b, mem_read, rewind_to(&buf, buf.len), &err), 0);
     assert_int_equal(model_ctx_pos(b), N_SAVED);
-    eval_ok(b, g_tok + N_SAVED, N_TOK - N_SAVED, got);
+    tu_eval_ok(b, g_tok + N_SAVED, N_TOK - N_SAVED, got);
     assert_same_logits(ref, N_SAVED, got, N_TOK - N_SAVED, "restore over a full context, then the rest");
 
     /* An empty cache round-trips to an empty one. */
-    model_ctx_t *e = new_ctx(g_model, 1, N_CTX, 512, kv_f32);
+    model_ctx_t *e = tu_ctx_new(g_model, 1, N_CTX, 512, kv_f32);
     membuf_t eb;
     save_ok(e, &eb);
     assert_int_equal(eb.len, KV_HEADER_BYTES);
     assert_int_equal(model_ctx_kv_load(b, mem_read, rewind_to(&eb, eb.len), &err), 0);
     assert_int_equal(model_ctx_pos(b), 0);
-    eval_ok(b, g_tok, N_TOK, got);
+    tu_eval_ok(b, g_tok, N_TOK, got);
     assert_same_logits(ref, 0, got, N_TOK, "restore of an empty cache, then everything");
 
     model_ctx_free(a);
@@ -383,8 +339,8 @@ static void expect_restore_err(model_ctx_t *c, const unsigned char *data, size_t
 
 static void restore_rejects_case(bool kv_f32) {
     float *ref = reference_run(kv_f32), *got = logits_buf(N_TOK);
-    model_ctx_t *a = new_ctx(g_model, 1, N_CTX, 512, kv_f32);
-    eval_ok(a, g_tok, N_SAVED, NULL);
+    model_ctx_t *a = tu_ctx_new(g_model, 1, N_CTX, 512, kv_f32);
+    tu_eval_ok(a, g_tok, N_SAVED, NULL);
     membuf_t good;
     save_ok(a, &good);
     const size_t n = good.len;
@@ -392,8 +348,8 @@ static void restore_rejects_case(bool kv_f32) {
     assert_non_null(bad);
 
     /* A context with positions of its own: a bad header leaves them. */
-    model_ctx_t *c = new_ctx(g_model, 1, N_CTX, 512, kv_f32);
-    eval_ok(c, g_tok, 5, NULL);
+    model_ctx_t *c = tu_ctx_new(g_model, 1, N_CTX, 512, kv_f32);
+    tu_eval_ok(c, g_tok, 5, NULL);
 
     /* Cut inside the header: nothing changes. */
     for (size_t cut = 0; cut < KV_HEADER_BYTES; cut++) {
@@ -432,7 +388,7 @@ static void restore_rejects_case(bool kv_f32) {
         {24, 8, (uint64_t)1 << 40, "room for 32"},
         {24, 8, UINT64_MAX, "room for 32"},
     };
-    eval_ok(c, g_tok, 5, NULL);
+    tu_eval_ok(c, g_tok, 5, NULL);
     for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
         memcpy(bad, good.data, n);
         if (edits[i].width == 4)
@@ -449,17 +405,17 @@ static void restore_rejects_case(bool kv_f32) {
 
     /* The right header for another cache: the other KV type, another model,
      * fewer positions than the input holds. */
-    model_ctx_t *other = new_ctx(g_model, 1, N_CTX, 512, !kv_f32);
+    model_ctx_t *other = tu_ctx_new(g_model, 1, N_CTX, 512, !kv_f32);
     expect_restore_err(other, good.data, n, TERN_EFORMAT, "does not match");
-    model_ctx_t *c64 = new_ctx(g_model_64, 1, N_CTX, 512, kv_f32);
+    model_ctx_t *c64 = tu_ctx_new(g_model_64, 1, N_CTX, 512, kv_f32);
     expect_restore_err(c64, good.data, n, TERN_EFORMAT, "does not match");
-    model_ctx_t *small = new_ctx(g_model, 1, N_SAVED - 1, 512, kv_f32);
+    model_ctx_t *small = tu_ctx_new(g_model, 1, N_SAVED - 1, 512, kv_f32);
     expect_restore_err(small, good.data, n, TERN_EFORMAT, "room for 12");
 
     /* After all that, the good input still restores and continues exactly. */
     tern_error_t err = {0};
     assert_int_equal(model_ctx_kv_load(c, mem_read, rewind_to(&good, n), &err), 0);
-    eval_ok(c, g_tok + N_SAVED, N_TOK - N_SAVED, got);
+    tu_eval_ok(c, g_tok + N_SAVED, N_TOK - N_SAVED, got);
     assert_same_logits(ref, N_SAVED, got, N_TOK - N_SAVED, "restore after rejected inputs");
 
     model_ctx_free(a);

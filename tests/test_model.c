@@ -16,8 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "format/gguf.h"
 #include "dev/mkmodel.h"
@@ -46,57 +44,11 @@ static void parse_after(const char *s, const char *marker, double *out, int n) {
     }
 }
 
-static model_ctx_t *new_ctx(const model_t *m, int threads, int64_t n_ctx, int64_t n_batch, bool kv_f32) {
-    model_ctx_params_t p = model_ctx_default_params();
-    p.n_threads = threads;
-    p.n_ctx = n_ctx;
-    p.n_batch = n_batch;
-    p.kv_f32 = kv_f32;
-    tern_error_t err = {0};
-    model_ctx_t *c = model_ctx_new(m, &p, NULL, 0, &err);
-    if (!c) print_message("model_ctx_new: %s\n", err.msg);
-    assert_non_null(c);
-    return c;
-}
-
 static int32_t argmax(const float *x, int64_t n) {
     int32_t b = 0;
     for (int64_t i = 1; i < n; i++)
         if (x[i] > x[b]) b = (int32_t)i;
     return b;
-}
-
-static void eval_ok(model_ctx_t *c, const int32_t *ids, int64_t n, float *all) {
-    tern_error_t err = {0};
-    int rc = model_eval(c, ids, n, all, &err);
-    if (rc) print_message("model_eval: %s\n", err.msg);
-    assert_int_equal(rc, 0);
-}
-
-/* A tiny mkmodel file under the build directory (made once per process). */
-static const char *tiny_file(const char *shape, const char *type) {
-    static char paths[32][512];
-    static int n;
-    char path[512];
-    snprintf(path, sizeof path, "%s/test_model_files/%s-%s.gguf", TERN_BUILD_DIR, shape, type);
-    for (int i = 0; i < n; i++)
-        if (!strcmp(paths[i], path)) return paths[i];
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/test_model_files", TERN_BUILD_DIR);
-    if (mkdir(dir, 0755) != 0) assert_int_equal(access(dir, W_OK), 0); /* exists already */
-    mk_opts_t o = {0};
-    o.shape = shape;
-    o.type = type;
-    o.out = path;
-    o.seed = 1;
-    o.n_threads = 1;
-    tern_error_t err = {0};
-    int rc = mk_model_write(&o, &err);
-    if (rc) print_message("mk_model_write %s %s: %s\n", shape, type, err.msg);
-    assert_int_equal(rc, 0);
-    assert_true(n < 32);
-    snprintf(paths[n], sizeof paths[n], "%s", path);
-    return paths[n++];
 }
 
 static model_t *load_ok(const char *path) {
@@ -117,10 +69,10 @@ static void greedy_from_bos(bool kv_f32, int threads) {
     model_t *m = load_ok(path);
     assert_int_equal(m->hp.arch, ARCH_LLAMA);
     assert_int_equal(m->hp.n_vocab, 512);
-    model_ctx_t *c = new_ctx(m, threads, 512, 512, kv_f32);
+    model_ctx_t *c = tu_ctx_new(m, threads, 512, 512, kv_f32);
     int32_t tok = 1; /* BOS */
     for (int pos = 0; pos < 256; pos++) {
-        eval_ok(c, &tok, 1, NULL);
+        tu_eval_ok(c, &tok, 1, NULL);
         tok = argmax(model_ctx_logits(c), m->hp.n_vocab);
         if (tok != (int32_t)want[pos])
             print_message("kv %s: step %d: got %d, reference %d\n", kv_f32 ? "f32" : "f16", pos, tok, (int)want[pos]);
@@ -151,15 +103,15 @@ static void test_stories_logits(void **state) {
     model_t *m = load_ok(path);
     /* One position at a time, then both in one block: same logits. */
     for (int block = 0; block < 2; block++) {
-        model_ctx_t *c = new_ctx(m, 2, 64, 64, true);
+        model_ctx_t *c = tu_ctx_new(m, 2, 64, 64, true);
         const int32_t ids[2] = {1, 403};
         float *all = malloc(2 * 512 * sizeof(float));
         assert_non_null(all);
         if (block) {
-            eval_ok(c, ids, 2, all);
+            tu_eval_ok(c, ids, 2, all);
         } else {
-            eval_ok(c, ids, 1, all);
-            eval_ok(c, ids + 1, 1, all + 512);
+            tu_eval_ok(c, ids, 1, all);
+            tu_eval_ok(c, ids + 1, 1, all + 512);
         }
         for (int i = 0; i < 8; i++) {
             assert_true(fabs(all[i] - want0[i]) < 1e-4);
@@ -426,15 +378,15 @@ static double *ref_forward(const gguf_file_t *f, const int32_t *ids, int64_t n) 
 /* Error of the engine's logits against the reference over all logits of a
  * 24-token sequence, relative to the reference's RMS logit: max and RMS. */
 static void arch_error(const char *shape, const char *type, int kv_f32, double *max_rel, double *rms_rel) {
-    const char *path = tiny_file(shape, type);
+    const char *path = tu_tiny_model("model", shape, type, 1);
     model_t *m = load_ok(path);
     const int64_t n = 24, V = m->hp.n_vocab;
     int32_t ids[24];
     uint64_t r = 5;
     for (int i = 0; i < n; i++) ids[i] = (int32_t)(tu_rand(&r) % (uint64_t)V);
     float *all = malloc((size_t)(n * V) * sizeof *all);
-    model_ctx_t *c = new_ctx(m, 2, 64, 8, kv_f32); /* blocks of 8: prefill and attention over earlier blocks */
-    eval_ok(c, ids, n, all);
+    model_ctx_t *c = tu_ctx_new(m, 2, 64, 8, kv_f32); /* blocks of 8: prefill and attention over earlier blocks */
+    tu_eval_ok(c, ids, n, all);
     double *ref = ref_forward(m->file, ids, n);
     double maxd = 0, ss = 0, sd = 0;
     for (int64_t i = 0; i < n * V; i++) {
@@ -460,7 +412,7 @@ static void arch_error(const char *shape, const char *type, int kv_f32, double *
  * a few % RMS; an RMS bound of 0.05 still tells a correct forward from a
  * wrong one. */
 static void arch_case(const char *shape, const char *want_arch) {
-    const char *path = tiny_file(shape, "f32");
+    const char *path = tu_tiny_model("model", shape, "f32", 1);
     model_t *m = load_ok(path);
     assert_string_equal(m->hp.arch_name, want_arch);
     model_free(m);
@@ -487,7 +439,7 @@ static void test_arch_qwen3(void **state) {
 }
 static void test_arch_llama3_rope(void **state) {
     (void)state;
-    const char *path = tiny_file("tiny-llama3", "f32");
+    const char *path = tu_tiny_model("model", "tiny-llama3", "f32", 1);
     model_t *m = load_ok(path);
     assert_true(m->hp.has_rope_factors);
     model_free(m);
@@ -506,7 +458,7 @@ static const char *variant_of(const char *shape, const char *tag, const char *ar
     static char out[1024];
     snprintf(out, sizeof out, "%s/test_model_files/variant-%s.gguf", TERN_BUILD_DIR, tag);
     tern_error_t err = {0};
-    gguf_file_t *src = gguf_open(tiny_file(shape, "f32"), &err);
+    gguf_file_t *src = gguf_open(tu_tiny_model("model", shape, "f32", 1), &err);
     assert_non_null(src);
     gguf_writer_t *w = gguf_writer_new(32);
     assert_non_null(w);
@@ -571,8 +523,8 @@ static void test_errors(void **state) {
     expect_load_error("/nonexistent/model.gguf", TERN_EIO, "/nonexistent/model.gguf");
 
     /* Bad token id and a full context: errors, nothing appended. */
-    model_t *m = load_ok(tiny_file("tiny", "f32"));
-    model_ctx_t *c = new_ctx(m, 1, 8, 4, false);
+    model_t *m = load_ok(tu_tiny_model("model", "tiny", "f32", 1));
+    model_ctx_t *c = tu_ctx_new(m, 1, 8, 4, false);
     int32_t ids[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
     int32_t bad[2] = {1, (int32_t)m->hp.n_vocab};
     assert_int_equal(model_eval(c, bad, 2, NULL, &err), TERN_EINVAL);
@@ -581,11 +533,11 @@ static void test_errors(void **state) {
     assert_int_equal(model_eval(c, ids, 9, NULL, &err), TERN_ECTXFULL);
     assert_non_null(strstr(err.msg, "context full"));
     assert_int_equal(model_ctx_pos(c), 0);
-    eval_ok(c, ids, 8, NULL);
+    tu_eval_ok(c, ids, 8, NULL);
     assert_int_equal(model_eval(c, ids, 1, NULL, &err), TERN_ECTXFULL);
     assert_int_equal(model_ctx_truncate(c, 9, &err), TERN_EINVAL);
     assert_int_equal(model_ctx_truncate(c, 3, &err), 0);
-    eval_ok(c, ids, 5, NULL);
+    tu_eval_ok(c, ids, 5, NULL);
     model_ctx_free(c);
     model_free(m);
 }
@@ -594,7 +546,7 @@ static void test_errors(void **state) {
  * frequency factors as the tensor mkmodel computed for the same parameters. */
 static void test_llama3_rope_keys(void **state) {
     (void)state;
-    model_t *a = load_ok(tiny_file("tiny-llama3", "f32"));
+    model_t *a = load_ok(tu_tiny_model("model", "tiny-llama3", "f32", 1));
     g_skip_tensor = "rope_freqs.weight";
     g_llama3_keys = true;
     const char *p = variant_of("tiny-llama3", "llama3-keys", NULL);

@@ -14,33 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "dev/mkmodel.h"
 #include "model/model.h"
 
 #define N_PROMPT 32
 #define N_GEN 32
-
-static const char *tiny_file(const char *shape, const char *type) {
-    static char path[1024];
-    char dir[512];
-    snprintf(dir, sizeof dir, "%s/test_model_files", TERN_BUILD_DIR);
-    if (mkdir(dir, 0755) != 0) assert_int_equal(access(dir, W_OK), 0);
-    snprintf(path, sizeof path, "%s/inv-%s-%s.gguf", dir, shape, type);
-    mk_opts_t o = {0};
-    o.shape = shape;
-    o.type = type;
-    o.out = path;
-    o.seed = 7;
-    o.n_threads = 1;
-    tern_error_t err = {0};
-    int rc = mk_model_write(&o, &err);
-    if (rc) print_message("mk_model_write %s %s: %s\n", shape, type, err.msg);
-    assert_int_equal(rc, 0);
-    return path;
-}
 
 typedef struct {
     float *prompt_logits; /* N_PROMPT x V */
@@ -98,7 +76,7 @@ static void check_same(const run_t *a, const run_t *b, int64_t V, const char *wh
 }
 
 static void invariance(const char *shape, const char *type) {
-    const char *path = tiny_file(shape, type);
+    const char *path = tu_tiny_model("inv", shape, type, 7);
     tern_error_t err = {0};
     model_t *m = model_load(path, &err);
     if (!m) print_message("%s\n", err.msg);
@@ -143,7 +121,7 @@ static void invariance(const char *shape, const char *type) {
 static void test_dispatch_count(void **state) {
     (void)state;
     tern_error_t err = {0};
-    model_t *m = model_load(tiny_file("tiny", "q8_0"), &err);
+    model_t *m = model_load(tu_tiny_model("inv", "tiny", "q8_0", 7), &err);
     assert_non_null(m);
     int32_t prompt[N_PROMPT];
     for (int i = 0; i < N_PROMPT; i++) prompt[i] = i + 3;

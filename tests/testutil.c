@@ -5,7 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "dev/mkmodel.h"
 
 const char *tu_shared(const char *rel) {
     static char bufs[8][4096];
@@ -109,4 +112,49 @@ void tu_run_gemm(const kern_gemm_t *g, int64_t k, const uint8_t *w, size_t row_b
     g->run(&args, w, row_bytes, nrows, y, nrows, scratch);
     free(xg);
     free(scratch);
+}
+
+const char *tu_tiny_model(const char *prefix, const char *shape, const char *type, uint64_t seed) {
+    static char paths[32][512];
+    static int n;
+    char path[512];
+    snprintf(path, sizeof path, "%s/test_model_files/%s-%s-%s.gguf", TERN_BUILD_DIR, prefix, shape, type);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(paths[i], path)) return paths[i];
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/test_model_files", TERN_BUILD_DIR);
+    if (mkdir(dir, 0755) != 0) assert_int_equal(access(dir, W_OK), 0); /* exists already */
+    mk_opts_t o = {0};
+    o.shape = shape;
+    o.type = type;
+    o.out = path;
+    o.seed = seed;
+    o.n_threads = 1;
+    tern_error_t err = {0};
+    int rc = mk_model_write(&o, &err);
+    if (rc) print_message("mk_model_write %s %s: %s\n", shape, type, err.msg);
+    assert_int_equal(rc, 0);
+    assert_true(n < 32);
+    snprintf(paths[n], sizeof paths[n], "%s", path);
+    return paths[n++];
+}
+
+model_ctx_t *tu_ctx_new(const model_t *m, int threads, int64_t n_ctx, int64_t n_batch, bool kv_f32) {
+    model_ctx_params_t p = model_ctx_default_params();
+    p.n_threads = threads;
+    p.n_ctx = n_ctx;
+    p.n_batch = n_batch;
+    p.kv_f32 = kv_f32;
+    tern_error_t err = {0};
+    model_ctx_t *c = model_ctx_new(m, &p, NULL, 0, &err);
+    if (!c) print_message("model_ctx_new: %s\n", err.msg);
+    assert_non_null(c);
+    return c;
+}
+
+void tu_eval_ok(model_ctx_t *c, const int32_t *ids, int64_t n, float *all) {
+    tern_error_t err = {0};
+    int rc = model_eval(c, ids, n, all, &err);
+    if (rc) print_message("model_eval: %s\n", err.msg);
+    assert_int_equal(rc, 0);
 }

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "kernels/kernels.h"
+#include "model/model.h"
 
 /* Path of a file under ../shared (TERN_SHARED env overrides the build-time
  * default). Returns NULL when the file is absent; the caller then skips
@@ -42,5 +43,16 @@ float tu_randn(uint64_t *state); /* approx. standard normal */
  * ast; y[c * nrows + r]. Fails the test on an allocation failure. */
 void tu_run_gemm(const kern_gemm_t *g, int64_t k, const uint8_t *w, size_t row_bytes, int64_t nrows,
                  const uint8_t *a, size_t ast, int64_t n, float *y);
+
+/* A tiny `tern mkmodel` file (shape, type, seed) under the build folder,
+ * <build>/test_model_files/<prefix>-<shape>-<type>.gguf, written once per
+ * process. The prefix keeps the files of test programs that ctest runs at
+ * the same time apart. Fails the test when it cannot be written. */
+const char *tu_tiny_model(const char *prefix, const char *shape, const char *type, uint64_t seed);
+/* A model context with these settings (the defaults otherwise); fails the
+ * test on an error. */
+model_ctx_t *tu_ctx_new(const model_t *m, int threads, int64_t n_ctx, int64_t n_batch, bool kv_f32);
+/* model_eval of n tokens that must succeed (all: every position's logits, or NULL). */
+void tu_eval_ok(model_ctx_t *c, const int32_t *ids, int64_t n, float *all);
 
 #endif
