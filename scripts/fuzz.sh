@@ -10,8 +10,13 @@ SECONDS_EACH=$2
 SHARED=$3
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 status=0
+# Every fuzz/fuzz_*.c must have been built: a target left out is a failure.
+for src in "$ROOT"/fuzz/fuzz_*.c; do
+  name=$(basename "$src" .c)
+  [ -f "$BUILD/$name" ] && [ -x "$BUILD/$name" ] || { echo "$name: not built in $BUILD"; status=1; }
+done
 for bin in "$BUILD"/fuzz_*; do
-  [ -x "$bin" ] || continue
+  [ -f "$bin" ] && [ -x "$bin" ] || continue
   name=$(basename "$bin")
   corpus="$BUILD/corpus/$name"
   mkdir -p "$corpus"
