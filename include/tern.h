@@ -297,6 +297,50 @@ typedef struct {
 int tern_generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, int32_t n_prompt, int32_t n_predict,
                   tern_token_cb cb, void *user, tern_generate_result_t *res, tern_error_t *err);
 
+/* ---- sessions ----
+ * One sequence's state (its tokens and its KV entries) in a file that is
+ * appended turn by turn and survives a crash at any byte (the format and
+ * the commit protocol are specified at the top of src/model/session.c), so
+ * a later process continues where this one stopped without evaluating the
+ * prefix again; the continuation is byte-identical to the uninterrupted run.
+ *
+ * Like a model, a session is opened from a file rather than created from
+ * parameters, hence tern_session_open / tern_session_close (not
+ * _create/_free); close accepts NULL. A session is used by one thread at a
+ * time, and one file by one process at a time. */
+typedef struct tern_session tern_session_t;
+/* Open (or create, when absent) the session file at path for model m and
+ * the KV type of c (a context of m). The committed turns are read and
+ * checked; a torn tail (a crash during an append) is cut off with a
+ * warning through the log callback. NULL on error: TERN_EINVAL (the file
+ * belongs to another model or KV type: the message names what differs),
+ * TERN_EFORMAT (not a session file, damaged header), TERN_EUNSUP (another
+ * format version), TERN_EIO, TERN_ENOMEM. The caller owns it; it borrows m. */
+tern_session_t *tern_session_open(const tern_model_t *m, const char *path, const tern_context_t *c,
+                                  tern_error_t *err);
+void tern_session_close(tern_session_t *s);
+/* Committed positions (tokens) and their ids (owned by the session, valid
+ * until the next append); committed turns (appends). */
+int32_t tern_session_n_tokens(const tern_session_t *s);
+const int32_t *tern_session_tokens(const tern_session_t *s);
+int32_t tern_session_n_turns(const tern_session_t *s);
+/* Empty c, then load into it the longest common prefix of prompt and the
+ * session's tokens, but never the whole prompt: at least its last token is
+ * left for the caller to evaluate (the logits are not stored), e.g.
+ *     tern_session_restore_prefix(s, c, ids, n, &k, &err);
+ *     tern_generate(c, smp, ids + k, n - k, ...);
+ * (accept ids[0..k) into the sampler first when it uses penalties).
+ * *n_restored (may be NULL) receives k. On error c is left empty. */
+int tern_session_restore_prefix(tern_session_t *s, tern_context_t *c, const int32_t *prompt, int32_t n_prompt,
+                                int32_t *n_restored, tern_error_t *err);
+/* Commit what c holds beyond the file as one turn (written, fsynced, then
+ * its commit marker written and fsynced). When the file's tokens are not a
+ * prefix of c's (c went another way), the file's turns past the common
+ * prefix are dropped first (cut at a turn boundary) and the rest written
+ * again from c. Nothing new: no-op. Errors: TERN_EIO (the file is left at
+ * its last committed turn), TERN_EINVAL. */
+int tern_session_append(tern_session_t *s, const tern_context_t *c, tern_error_t *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -104,6 +104,7 @@ int cmd_run(int argc, char **argv) {
     int rc = 1;
     tern_context_t *c = NULL;
     tern_sampler_t *s = NULL;
+    tern_session_t *ses = NULL;
     int32_t *ids = NULL;
     size_t n_ids = 0;
     char *text = NULL;
@@ -133,6 +134,19 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "tern: %s\n", err.msg);
         goto out;
     }
+    int32_t n_restored = 0;
+    if (o.session) {
+        if (!(ses = tern_session_open(m, o.session, c, &err)) ||
+            tern_session_restore_prefix(ses, c, ids, (int32_t)n_ids, &n_restored, &err)) {
+            fprintf(stderr, "tern: %s\n", err.msg);
+            goto out;
+        }
+        /* The restored prompt tokens go into the penalty window as
+         * tern_generate would have put them. */
+        for (int32_t i = 0; i < n_restored; i++) tern_sampler_accept(s, ids[i]);
+        fprintf(stderr, "tern: session %s: %d of %zu prompt tokens restored, %zu evaluated\n", o.session, n_restored,
+                n_ids, n_ids - (size_t)n_restored);
+    }
     arm_sigint();
     if (!o.no_display_prompt && !o.print_ids) {
         tern_detok_t *d = tern_detok_create(m, &err);
@@ -151,9 +165,17 @@ int cmd_run(int argc, char **argv) {
     run_cb_t rcb = {o.print_ids, 0, o.logits_digest ? c : NULL, tern_model_n_vocab(m), 0xcbf29ce484222325ull, 0};
     int32_t n_pred = o.n_predict < 0 ? INT32_MAX : o.n_predict;
     tern_generate_result_t gr;
-    int grc = tern_generate(c, s, ids, (int32_t)n_ids, n_pred, run_token, &rcb, &gr, &err);
+    int grc = tern_generate(c, s, ids + n_restored, (int32_t)n_ids - n_restored, n_pred, run_token, &rcb, &gr, &err);
     printf("\n"); /* as llama.cpp's tools end their output */
     fflush(stdout);
+    if (ses) {
+        /* Whatever was evaluated, also after an error or Ctrl-C. */
+        tern_error_t serr = {0};
+        if (tern_session_append(ses, c, &serr)) fprintf(stderr, "tern: %s\n", serr.msg);
+        else
+            fprintf(stderr, "tern: session %s: %d tokens saved in %d turns\n", o.session, tern_session_n_tokens(ses),
+                    tern_session_n_turns(ses));
+    }
     /* TERN_EABORTED: Ctrl-C during the prompt (the abort callback). */
     if (grc && grc != TERN_EABORTED) {
         fprintf(stderr, "\ntern: %s\n", err.msg);
@@ -177,6 +199,7 @@ int cmd_run(int argc, char **argv) {
 out:
     free(ids);
     free(text);
+    tern_session_close(ses);
     tern_sampler_free(s);
     tern_context_free(c);
     tern_model_free(m);

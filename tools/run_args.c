@@ -36,6 +36,9 @@ static void usage(const char *cmd, FILE *out) {
             "  -c, --ctx-size N          context size (default: %s)\n"
             "  -b, --batch-size N        prompt positions per forward block (default 512)\n"
             "  --kv-f32                  F32 KV cache (default F16); also -ctk f32\n"
+            "  --session FILE            run, chat: keep the sequence (tokens and KV cache) in FILE, created\n"
+            "                            when absent; the prompt's longest prefix already there is restored,\n"
+            "                            not evaluated, and FILE is extended with what was evaluated\n"
             "  --profile                 per-op time split with the timings\n",
             strcmp(cmd, "perplexity") ? "the model's, capped to fit memory" : "512");
     if (strcmp(cmd, "perplexity"))
@@ -121,6 +124,9 @@ int run_opts_parse(run_opts_t *o, int argc, char **argv, const char *cmd) {
         } else if (IS("-b") || IS("--batch-size") || IS("-ub") || IS("--ubatch-size")) {
             NEED();
             if (parse_i32(v, a, 1, 1 << 16, &o->n_batch)) return 2;
+        } else if (IS("--session")) {
+            NEED();
+            o->session = v;
         } else if (IS("--kv-f32")) {
             o->kv_f32 = 1;
         } else if (IS("-ctk") || IS("--cache-type-k") || IS("-ctv") || IS("--cache-type-v")) {

@@ -24,6 +24,7 @@ typedef struct {
     int profile;      /* print the per-op profile with the timings */
     int logits_digest; /* run: print a hash of every logit vector sampled from */
     int seed_given;
+    const char *session; /* run, chat: session file (prompt cache), or NULL */
     tern_sampler_params_t sp;
 } run_opts_t;
 

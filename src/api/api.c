@@ -11,6 +11,7 @@
 #include "core/cpu.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "model/session.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
 
@@ -30,6 +31,12 @@ struct tern_context {
     tern_timings_t t;
     int (*abort_fn)(void *);
     void *abort_user;
+    int32_t *hist; /* n_ctx: the token at each position in the KV cache (sessions) */
+};
+
+struct tern_session {
+    const tern_model_t *model;
+    session_t *s;
 };
 
 struct tern_sampler {
@@ -246,6 +253,12 @@ tern_context_t *tern_context_create(const tern_model_t *m, const tern_context_pa
         free(c);
         return NULL;
     }
+    if (!(c->hist = malloc((size_t)model_ctx_n_ctx(c->mc) * sizeof *c->hist))) {
+        model_ctx_free(c->mc);
+        free(c);
+        tern_err(err, TERN_ENOMEM, "out of memory");
+        return NULL;
+    }
     if (tnote[0]) {
         size_t used = strlen(c->note);
         snprintf(c->note + used, sizeof c->note - used, "%s%s", used ? "; " : "", tnote);
@@ -256,6 +269,7 @@ tern_context_t *tern_context_create(const tern_model_t *m, const tern_context_pa
 void tern_context_free(tern_context_t *c) {
     if (!c) return;
     model_ctx_free(c->mc);
+    free(c->hist);
     free(c);
 }
 
@@ -302,7 +316,9 @@ static int eval_kind(tern_context_t *c, const int32_t *ids, int32_t n, float *lo
             break;
         }
         int64_t k = n - off < step ? n - off : step;
+        const int64_t at = model_ctx_pos(c->mc);
         rc = model_eval(c->mc, ids + off, k, logits_all ? logits_all + off * V : NULL, err);
+        if (rc == 0) memcpy(c->hist + at, ids + off, (size_t)k * sizeof *ids);
     }
     uint64_t dt = tern_now_ns() - t0, dd = tern_pool_dispatches(pool) - d0;
     if (prompt) {
@@ -491,4 +507,67 @@ int tern_generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, i
         res->stop = rc ? TERN_STOP_ERROR : why;
     }
     return rc;
+}
+
+/* ---- sessions ---- */
+
+tern_session_t *tern_session_open(const tern_model_t *m, const char *path, const tern_context_t *c,
+                                  tern_error_t *err) {
+    if (!m || !path || !c || c->model != m) {
+        tern_err(err, TERN_EINVAL, "tern_session_open: bad arguments (NULL, or a context of another model)");
+        return NULL;
+    }
+    tern_session_t *ts = calloc(1, sizeof *ts);
+    if (!ts) {
+        tern_err(err, TERN_ENOMEM, "out of memory");
+        return NULL;
+    }
+    session_fp_t fp;
+    session_fingerprint(m->m, kv_cache_layout(model_ctx_kv_const(c->mc))->type, &fp);
+    ts->model = m;
+    if (!(ts->s = session_open(path, &fp, err))) {
+        free(ts);
+        return NULL;
+    }
+    return ts;
+}
+
+void tern_session_close(tern_session_t *s) {
+    if (!s) return;
+    session_close(s->s);
+    free(s);
+}
+
+int32_t tern_session_n_tokens(const tern_session_t *s) { return (int32_t)session_n_tokens(s->s); }
+const int32_t *tern_session_tokens(const tern_session_t *s) { return session_tokens(s->s); }
+int32_t tern_session_n_turns(const tern_session_t *s) { return (int32_t)session_n_turns(s->s); }
+
+int tern_session_restore_prefix(tern_session_t *s, tern_context_t *c, const int32_t *prompt, int32_t n_prompt,
+                                int32_t *n_restored, tern_error_t *err) {
+    if (n_restored) *n_restored = 0;
+    if (!s || !c || c->model != s->model || n_prompt < 0 || (n_prompt > 0 && !prompt))
+        return tern_err(err, TERN_EINVAL, "tern_session_restore_prefix: bad arguments");
+    const int32_t *st = session_tokens(s->s);
+    int64_t n = 0, ns = session_n_tokens(s->s);
+    while (n < ns && n < n_prompt && st[n] == prompt[n]) n++;
+    if (n >= n_prompt) n = n_prompt - 1; /* one prompt token is left to evaluate: the logits */
+    if (n < 0) n = 0;
+    if (n > model_ctx_n_ctx(c->mc)) n = model_ctx_n_ctx(c->mc);
+    int rc = session_restore(s->s, c->mc, n, err);
+    if (rc) return rc;
+    memcpy(c->hist, st, (size_t)n * sizeof *st);
+    if (n_restored) *n_restored = (int32_t)n;
+    return 0;
+}
+
+int tern_session_append(tern_session_t *s, const tern_context_t *c, tern_error_t *err) {
+    if (!s || !c || c->model != s->model) return tern_err(err, TERN_EINVAL, "tern_session_append: bad arguments");
+    const int64_t pos = model_ctx_pos(c->mc);
+    const int32_t *st = session_tokens(s->s);
+    int64_t common = 0, ns = session_n_tokens(s->s);
+    while (common < ns && common < pos && st[common] == c->hist[common]) common++;
+    int rc = 0;
+    if (common < ns && (rc = session_truncate(s->s, common, err))) return rc;
+    const int64_t from = session_n_tokens(s->s);
+    return session_append(s->s, c->mc, c->hist + from, pos - from, err);
 }

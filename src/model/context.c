@@ -168,6 +168,7 @@ const model_prof_t *model_ctx_prof(const model_ctx_t *c) { return &c->prof; }
 void model_ctx_prof_reset(model_ctx_t *c) { memset(&c->prof, 0, sizeof c->prof); }
 
 kv_cache_t *model_ctx_kv(model_ctx_t *c) { return c->kv; }
+const kv_cache_t *model_ctx_kv_const(const model_ctx_t *c) { return c->kv; }
 
 /* ---- KV state --------------------------------------------------------------- */
 

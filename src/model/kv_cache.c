@@ -139,6 +139,23 @@ const void *kv_cache_v(const kv_cache_t *c, int64_t layer) {
     return c->v + row_off(c, layer, 0);
 }
 
+void kv_cache_store_raw(kv_cache_t *c, int64_t layer, int64_t pos, int64_t n, const void *k, const void *v) {
+    TERN_CHECK(layer >= 0 && layer < c->lo.n_layer && pos >= 0 && n >= 0 && n <= c->lo.n_ctx - pos);
+    const size_t off = row_off(c, layer, pos), bytes = (size_t)n * c->lo.pos_bytes;
+    if (k && bytes) memcpy(c->k + off, k, bytes);
+    if (v && bytes) memcpy(c->v + off, v, bytes);
+}
+
+const void *kv_cache_k_rows(const kv_cache_t *c, int64_t layer, int64_t pos, int64_t n) {
+    TERN_CHECK(layer >= 0 && layer < c->lo.n_layer && pos >= 0 && n >= 0 && n <= c->n_pos - pos);
+    return c->k + row_off(c, layer, pos);
+}
+
+const void *kv_cache_v_rows(const kv_cache_t *c, int64_t layer, int64_t pos, int64_t n) {
+    TERN_CHECK(layer >= 0 && layer < c->lo.n_layer && pos >= 0 && n >= 0 && n <= c->n_pos - pos);
+    return c->v + row_off(c, layer, pos);
+}
+
 int kv_cache_truncate(kv_cache_t *c, int64_t n, tern_error_t *err) {
     if (n < 0 || n > c->n_pos)
         return tern_err(err, TERN_EINVAL, "kv cache: cannot truncate to %lld positions (the cache holds %lld)",

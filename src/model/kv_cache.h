@@ -75,6 +75,18 @@ int kv_cache_commit(kv_cache_t *c, int64_t n, tern_error_t *err);
 const void *kv_cache_k(const kv_cache_t *c, int64_t layer);
 const void *kv_cache_v(const kv_cache_t *c, int64_t layer);
 
+/* Store n positions pos .. pos+n-1 of one layer from rows already in the
+ * cache's element type (raw bytes, n * pos_bytes each, as kv_cache_k hands
+ * them out; a session file restores through it). k or v may be NULL to
+ * leave that half alone. Like kv_cache_store, the positions count once
+ * committed. pos + n <= n_ctx (TERN_CHECK). */
+void kv_cache_store_raw(kv_cache_t *c, int64_t layer, int64_t pos, int64_t n, const void *k, const void *v);
+/* Rows of positions pos .. pos+n-1 of one layer, raw (n * pos_bytes bytes
+ * from each pointer), for writing a position range [pos, pos+n) out; pos +
+ * n <= n_pos (TERN_CHECK). */
+const void *kv_cache_k_rows(const kv_cache_t *c, int64_t layer, int64_t pos, int64_t n);
+const void *kv_cache_v_rows(const kv_cache_t *c, int64_t layer, int64_t pos, int64_t n);
+
 /* Forget positions n_pos .. : keep the first n (0 <= n <= n_pos). */
 int kv_cache_truncate(kv_cache_t *c, int64_t n, tern_error_t *err);
 /* dst takes src's first n positions (its own are dropped): n <= src's n_pos

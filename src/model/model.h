@@ -147,6 +147,7 @@ const char *model_arch_name(model_arch_t a);
 
 /* The context's cache (its layout: kv_cache_layout). */
 kv_cache_t *model_ctx_kv(model_ctx_t *c);
+const kv_cache_t *model_ctx_kv_const(const model_ctx_t *c);
 /* dst takes src's first n positions (prompt-prefix sharing): both contexts
  * of the same model with compatible caches (same KV type), n <= src's
  * position and <= dst's n_ctx. dst's own positions are dropped; on error dst
