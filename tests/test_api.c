@@ -11,6 +11,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -522,8 +523,110 @@ static void test_two_threads_one_model(void **state) {
     tern_model_free(m);
 }
 
+/* Sessions through the public API: a run saved after 10 tokens continues in
+ * a fresh context with the prompt restored but its last token, and gives
+ * the uninterrupted run's tokens; appending extends the file by one turn; a
+ * context that went another way rewrites the file past the common prefix. */
+static void test_session_api(void **state) {
+    (void)state;
+    TU_REQUIRE_SHARED(path, MODEL);
+    tern_model_t *m = load(path);
+    size_t n;
+    int32_t *ids = prompt(m, &n);
+    char file[64];
+    snprintf(file, sizeof file, "/tmp/tern_test_api_%d.tses", (int)getpid());
+    unlink(file);
+    tern_error_t err = {0};
+
+    tern_context_t *a = ctx(m, 1, 128, 0);
+    tern_sampler_t *s = greedy(m);
+    cb_state ref = {0};
+    assert_int_equal(tern_generate(a, s, ids, (int32_t)n, 20, on_token, &ref, NULL, &err), 0);
+    assert_int_equal(ref.n, 20);
+
+    /* First run: nothing to restore; 10 tokens; saved. */
+    tern_context_t *b = ctx(m, 1, 128, 0);
+    tern_session_t *ses = tern_session_open(m, file, b, &err);
+    assert_non_null(ses);
+    assert_int_equal(tern_session_n_tokens(ses), 0);
+    int32_t k = -1;
+    assert_int_equal(tern_session_restore_prefix(ses, b, ids, (int32_t)n, &k, &err), 0);
+    assert_int_equal(k, 0);
+    tern_sampler_reset(s);
+    cb_state first = {0};
+    assert_int_equal(tern_generate(b, s, ids, (int32_t)n, 10, on_token, &first, NULL, &err), 0);
+    assert_int_equal(tern_session_append(ses, b, &err), 0);
+    assert_int_equal(tern_session_n_tokens(ses), (int32_t)n + 10);
+    assert_int_equal(tern_session_n_turns(ses), 1);
+    tern_session_close(ses);
+
+    /* Second run, fresh context: the prompt but its last token comes from
+     * the file; 20 tokens as the uninterrupted run gave them. */
+    tern_context_t *c = ctx(m, 2, 128, 0);
+    ses = tern_session_open(m, file, c, &err);
+    assert_non_null(ses);
+    assert_int_equal(tern_session_n_tokens(ses), (int32_t)n + 10);
+    assert_memory_equal(tern_session_tokens(ses), ids, n * sizeof(int32_t));
+    assert_memory_equal(tern_session_tokens(ses) + n, first.ids, 10 * sizeof(int32_t));
+    assert_int_equal(tern_session_restore_prefix(ses, c, ids, (int32_t)n, &k, &err), 0);
+    assert_int_equal(k, (int32_t)n - 1);
+    assert_int_equal(tern_context_pos(c), k);
+    tern_sampler_reset(s);
+    for (int32_t i = 0; i < k; i++) tern_sampler_accept(s, ids[i]);
+    cb_state second = {0};
+    assert_int_equal(tern_generate(c, s, ids + k, (int32_t)n - k, 20, on_token, &second, NULL, &err), 0);
+    assert_int_equal(second.n, 20);
+    assert_memory_equal(second.ids, ref.ids, 20 * sizeof(int32_t));
+    tern_timings_t t;
+    tern_context_timings(c, &t);
+    assert_int_equal(t.n_prompt, 1); /* only the unrestored prompt token was evaluated */
+    assert_int_equal(tern_session_append(ses, c, &err), 0);
+    assert_int_equal(tern_session_n_tokens(ses), (int32_t)n + 20);
+    assert_int_equal(tern_session_n_turns(ses), 2); /* only the new positions were written */
+    assert_int_equal(tern_session_append(ses, c, &err), 0); /* nothing new */
+    assert_int_equal(tern_session_n_turns(ses), 2);
+
+    /* Another continuation from position n + 3: the file keeps what is
+     * common (cut at a turn boundary) and takes the rest from d. */
+    tern_context_t *d = ctx(m, 1, 128, 0);
+    int32_t alt[16];
+    memcpy(alt, ids, n * sizeof(int32_t));
+    memcpy(alt + n, ref.ids, 3 * sizeof(int32_t));
+    alt[n + 3] = (ref.ids[3] + 1) % tern_model_n_vocab(m);
+    assert_int_equal(tern_session_restore_prefix(ses, d, alt, (int32_t)n + 4, &k, &err), 0);
+    assert_int_equal(k, (int32_t)n + 3);
+    assert_int_equal(tern_eval(d, alt + k, 1, NULL, &err), 0);
+    assert_int_equal(tern_session_append(ses, d, &err), 0);
+    assert_int_equal(tern_session_n_tokens(ses), (int32_t)n + 4);
+    assert_memory_equal(tern_session_tokens(ses), alt, (n + 4) * sizeof(int32_t));
+    tern_session_close(ses);
+
+    /* A context with the other KV type is refused, naming the KV type. */
+    tern_context_params_t cp = tern_context_default_params();
+    cp.n_threads = 1;
+    cp.n_ctx = 64;
+    cp.kv_f32 = 1;
+    tern_context_t *e = tern_context_create(m, &cp, &err);
+    assert_non_null(e);
+    assert_null(tern_session_open(m, file, e, &err));
+    assert_int_equal(err.code, TERN_EINVAL);
+    assert_non_null(strstr(err.msg, "KV cache"));
+    tern_session_close(NULL);
+
+    unlink(file);
+    tern_context_free(e);
+    tern_context_free(d);
+    tern_context_free(c);
+    tern_context_free(b);
+    tern_context_free(a);
+    tern_sampler_free(s);
+    free(ids);
+    tern_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_session_api),
         cmocka_unit_test(test_stop_reasons),     cmocka_unit_test(test_generate_mask_error),
         cmocka_unit_test(test_eval_codes),       cmocka_unit_test(test_pool_dispatches),
         cmocka_unit_test(test_context_dispatches), cmocka_unit_test(test_log_callback),

@@ -440,6 +440,48 @@ static void test_restore_rejects_f32(void **state) {
 
 /* ---- the module on its own ------------------------------------------------------------- */
 
+/* A position range written out through kv_cache_k_rows / v_rows and stored
+ * back raw (kv_cache_store_raw) into another cache: the same bytes. */
+static void raw_range(int type) {
+    kv_layout_t lo;
+    assert_int_equal(kv_layout_init(&lo, type, 2, 8, 2, 4, NULL), 0);
+    kv_cache_t *a = kv_cache_new(&lo, NULL), *b = kv_cache_new(&lo, NULL);
+    assert_non_null(a);
+    assert_non_null(b);
+    float k[6 * 8], v[6 * 8];
+    for (int i = 0; i < 6 * 8; i++) {
+        k[i] = 0.25f * (float)i;
+        v[i] = -0.5f * (float)i;
+    }
+    for (int l = 0; l < 2; l++) kv_cache_store(a, l, 0, 6, k, v);
+    assert_int_equal(kv_cache_commit(a, 6, NULL), 0);
+    /* b: positions [0, 2) from a, then [2, 6) one layer half at a time. */
+    for (int l = 0; l < 2; l++) {
+        kv_cache_store_raw(b, l, 0, 2, kv_cache_k_rows(a, l, 0, 2), kv_cache_v_rows(a, l, 0, 2));
+        kv_cache_store_raw(b, l, 2, 4, kv_cache_k_rows(a, l, 2, 4), NULL);
+        kv_cache_store_raw(b, l, 2, 4, NULL, kv_cache_v_rows(a, l, 2, 4));
+    }
+    assert_int_equal(kv_cache_n_pos(b), 0); /* stored, not yet counted */
+    assert_int_equal(kv_cache_commit(b, 6, NULL), 0);
+    for (int l = 0; l < 2; l++) {
+        assert_memory_equal(kv_cache_k(a, l), kv_cache_k(b, l), 6 * lo.pos_bytes);
+        assert_memory_equal(kv_cache_v(a, l), kv_cache_v(b, l), 6 * lo.pos_bytes);
+        /* A range starts pos rows in. */
+        assert_ptr_equal(kv_cache_k_rows(a, l, 3, 2), (const char *)kv_cache_k(a, l) + 3 * lo.pos_bytes);
+        assert_ptr_equal(kv_cache_v_rows(a, l, 3, 2), (const char *)kv_cache_v(a, l) + 3 * lo.pos_bytes);
+    }
+    kv_cache_free(a);
+    kv_cache_free(b);
+}
+static void test_raw_range_f16(void **state) {
+    (void)state;
+    raw_range(TYPE_F16);
+}
+static void test_raw_range_f32(void **state) {
+    (void)state;
+    raw_range(TYPE_F32);
+}
+
 static void test_layout_and_writer(void **state) {
     (void)state;
     tern_error_t err = {0};
@@ -513,6 +555,7 @@ int main(void) {
         cmocka_unit_test(test_save_restore_f16),    cmocka_unit_test(test_save_restore_f32),
         cmocka_unit_test(test_restore_rejects_f16), cmocka_unit_test(test_restore_rejects_f32),
         cmocka_unit_test(test_layout_and_writer),
+        cmocka_unit_test(test_raw_range_f16),       cmocka_unit_test(test_raw_range_f32),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
