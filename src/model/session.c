@@ -435,14 +435,17 @@ static int check_ctx(const session_t *s, const kv_cache_t *kv, tern_error_t *err
 }
 
 int session_restore(session_t *s, model_ctx_t *c, int64_t n_pos, tern_error_t *err) {
-    kv_cache_t *kv = model_ctx_kv(c);
+    return session_restore_kv(s, model_ctx_kv(c), n_pos, err);
+}
+
+int session_restore_kv(session_t *s, kv_cache_t *kv, int64_t n_pos, tern_error_t *err) {
     int rc = check_ctx(s, kv, err);
     if (rc) return rc;
     if (n_pos < 0 || n_pos > s->n_tokens || n_pos > kv_cache_layout(kv)->n_ctx)
         return tern_err(err, TERN_EINVAL, "session %s: cannot restore %lld positions (the file holds %lld, the "
                         "context has room for %lld)", s->path, (long long)n_pos, (long long)s->n_tokens,
                         (long long)kv_cache_layout(kv)->n_ctx);
-    if ((rc = model_ctx_truncate(c, 0, err))) return rc;
+    if ((rc = kv_cache_truncate(kv, 0, err))) return rc;
     unsigned char *buf = NULL;
     size_t buf_cap = 0;
     for (int64_t i = 0; i < s->n_turns && s->turns[i].p0 < n_pos; i++) {

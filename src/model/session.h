@@ -58,6 +58,8 @@ uint64_t session_cut_bytes(const session_t *s);    /* torn bytes cut off at open
  * fingerprint). Each record read is checked against its checksum again; on
  * any error c is left empty. */
 int session_restore(session_t *s, model_ctx_t *c, int64_t n_pos, tern_error_t *err);
+/* The same into a bare cache (the fuzz target's). */
+int session_restore_kv(session_t *s, kv_cache_t *kv, int64_t n_pos, tern_error_t *err);
 /* Drop the turns that end after n_pos (the file is cut to the last turn
  * boundary <= n_pos and fsynced). session_n_tokens then says where it ends. */
 int session_truncate(session_t *s, int64_t n_pos, tern_error_t *err);
