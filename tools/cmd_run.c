@@ -275,12 +275,17 @@ int cmd_chat(int argc, char **argv) {
     int rc = 1;
     tern_context_t *c = NULL;
     tern_sampler_t *s = NULL;
+    tern_session_t *ses = NULL;
     msgs_t ms = {0};
     strbuf_t cached = {0}; /* the rendered text whose tokens are in the KV cache */
     char *line = NULL;
     size_t line_cap = 0;
     if (!(c = open_context(m, &o))) goto out;
     if (!(s = tern_sampler_create(m, &o.sp, &err))) {
+        fprintf(stderr, "tern: %s\n", err.msg);
+        goto out;
+    }
+    if (o.session && !(ses = tern_session_open(m, o.session, c, &err))) {
         fprintf(stderr, "tern: %s\n", err.msg);
         goto out;
     }
@@ -347,9 +352,29 @@ int cmd_chat(int argc, char **argv) {
         strbuf_t reply = {0};
         sb_add(&reply, "", 0);
         int32_t n_pred = o.n_predict < 0 ? INT32_MAX : o.n_predict;
+        /* With a session, a conversation read from the start takes the
+         * longest prefix of its tokens (the system prompt, an earlier
+         * chat's same first turns) from the file instead of evaluating it. */
+        int32_t n_restored = 0;
+        if (ses && fresh) {
+            if (tern_session_restore_prefix(ses, c, ids, (int32_t)n_ids, &n_restored, &err)) {
+                fprintf(stderr, "tern: %s\n", err.msg);
+                free(ids);
+                free(reply.buf);
+                goto out;
+            }
+            for (int32_t i = 0; i < n_restored; i++) tern_sampler_accept(s, ids[i]);
+            fprintf(stderr, "tern: session %s: %d of %zu prompt tokens restored, %zu evaluated\n", o.session,
+                    n_restored, n_ids, n_ids - (size_t)n_restored);
+        }
         tern_generate_result_t gr;
-        int grc = tern_generate(c, s, ids, (int32_t)n_ids, n_pred, chat_token, &reply, &gr, &err);
+        int grc = tern_generate(c, s, ids + n_restored, (int32_t)n_ids - n_restored, n_pred, chat_token, &reply,
+                                &gr, &err);
         free(ids);
+        if (ses) {
+            tern_error_t serr = {0};
+            if (tern_session_append(ses, c, &serr)) fprintf(stderr, "tern: %s\n", serr.msg);
+        }
         printf("\n");
         fflush(stdout);
         if (grc && grc != TERN_EABORTED) {
@@ -390,6 +415,7 @@ out:
     free(ms.v);
     free(cached.buf);
     free(line);
+    tern_session_close(ses);
     tern_sampler_free(s);
     tern_context_free(c);
     tern_model_free(m);
