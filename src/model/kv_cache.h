@@ -14,7 +14,8 @@
  * every layer has it (kv_cache_commit): a failed forward pass leaves n_pos
  * as it was.
  *
- * Serialized form (the seam for sessions; the file around it comes later):
+ * Serialized form (a whole cache at once; session files, session.c, store
+ * position ranges through kv_cache_k_rows / kv_cache_store_raw instead):
  * a 32-byte header of little-endian fields
  *     u32 magic "TKVC", u32 version 1, u32 type (TYPE_F16 / TYPE_F32),
  *     u32 n_layer, u32 n_head_kv, u32 head_dim, u64 n_pos

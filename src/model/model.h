@@ -9,8 +9,8 @@
  * at a time.
  *
  * Files: load.c (hyperparameters, tensor binding), kv_cache.c (the cache
- * module), context.c (contexts: memory, KV state, prefix copy, save and
- * restore), forward.c (model_eval). The forward pass reads like
+ * module), session.c (session files, session.h), context.c (contexts:
+ * memory, KV state, prefix copy, save and restore), forward.c (model_eval). The forward pass reads like
  * docs/ARCHITECTURE.md's "path of one token"; a block of n positions goes
  * through GEMM, one position through matvec, and because the kernels are
  * batch-invariant both give the same bits for a position, at any thread
