@@ -555,7 +555,7 @@ int tern_session_restore_prefix(tern_session_t *s, tern_context_t *c, const int3
     if (n > model_ctx_n_ctx(c->mc)) n = model_ctx_n_ctx(c->mc);
     int rc = session_restore(s->s, c->mc, n, err);
     if (rc) return rc;
-    memcpy(c->hist, st, (size_t)n * sizeof *st);
+    if (n > 0) memcpy(c->hist, st, (size_t)n * sizeof *st);
     if (n_restored) *n_restored = (int32_t)n;
     return 0;
 }
