@@ -173,8 +173,8 @@ int cmd_run(int argc, char **argv) {
         tern_error_t serr = {0};
         if (tern_session_append(ses, c, &serr)) fprintf(stderr, "tern: %s\n", serr.msg);
         else
-            fprintf(stderr, "tern: session %s: %d tokens saved in %d turns\n", o.session, tern_session_n_tokens(ses),
-                    tern_session_n_turns(ses));
+            fprintf(stderr, "tern: session %s: %d tokens saved in %d turn%s\n", o.session, tern_session_n_tokens(ses),
+                    tern_session_n_turns(ses), tern_session_n_turns(ses) == 1 ? "" : "s");
     }
     /* TERN_EABORTED: Ctrl-C during the prompt (the abort callback). */
     if (grc && grc != TERN_EABORTED) {
