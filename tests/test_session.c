@@ -2,8 +2,11 @@
  * test_session.c - session files (src/model/session.c): save and restore in
  * a fresh context and in another process, byte-identical continuation,
  * longest-prefix restore, refusal of another model or KV type, truncation at
- * every byte, random corruption, and kill -9 while appending.
+ * every byte, random corruption, and kill -9 while appending. It forks
+ * (a context with pool threads is alive at the first fork), so it runs
+ * under TSan too.
  */
+// ctest-label: concurrent
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
