@@ -40,6 +40,26 @@ static inline bool tern_add_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) 
     return __builtin_add_overflow(a, b, out);
 }
 
+/* Little-endian integers in byte buffers: the on-disk and blob formats
+ * (KV cache, session files, sampler state) are little-endian whatever the
+ * host. */
+static inline void le_put_u32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline void le_put_u64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline uint32_t le_get_u32(const unsigned char *p) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+static inline uint64_t le_get_u64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
 /* Monotonic clock in nanoseconds. */
 uint64_t tern_now_ns(void);
 

@@ -190,23 +190,6 @@ int kv_cache_copy_prefix(kv_cache_t *dst, const kv_cache_t *src, int64_t n, tern
 
 /* ---- serialized form ---------------------------------------------------- */
 
-static void put_u32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put_u64(unsigned char *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get_u32(const unsigned char *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get_u64(const unsigned char *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 uint64_t kv_cache_serialized_size(const kv_layout_t *lo, int64_t n_pos) {
     uint64_t data;
     if (n_pos < 0 || tern_mul_overflow_u64((uint64_t)n_pos, (uint64_t)lo->pos_bytes, &data) ||
@@ -221,13 +204,13 @@ int kv_cache_write(const kv_cache_t *c, int64_t n_pos, kv_write_fn write, void *
         return tern_err(err, TERN_EINVAL, "kv cache: cannot write %lld positions (the cache holds %lld)",
                         (long long)n_pos, (long long)c->n_pos);
     unsigned char h[KV_HEADER_BYTES];
-    put_u32(h + 0, KV_MAGIC);
-    put_u32(h + 4, KV_VERSION);
-    put_u32(h + 8, (uint32_t)c->lo.type);
-    put_u32(h + 12, (uint32_t)c->lo.n_layer);
-    put_u32(h + 16, (uint32_t)c->lo.n_head_kv);
-    put_u32(h + 20, (uint32_t)c->lo.head_dim);
-    put_u64(h + 24, (uint64_t)n_pos);
+    le_put_u32(h + 0, KV_MAGIC);
+    le_put_u32(h + 4, KV_VERSION);
+    le_put_u32(h + 8, (uint32_t)c->lo.type);
+    le_put_u32(h + 12, (uint32_t)c->lo.n_layer);
+    le_put_u32(h + 16, (uint32_t)c->lo.n_head_kv);
+    le_put_u32(h + 20, (uint32_t)c->lo.head_dim);
+    le_put_u64(h + 24, (uint64_t)n_pos);
     if (write(user, h, sizeof h)) return tern_err(err, TERN_EIO, "kv cache: writing the header failed");
     const size_t bytes = (size_t)n_pos * c->lo.pos_bytes;
     for (int64_t l = 0; l < c->lo.n_layer && bytes; l++) {
@@ -243,13 +226,13 @@ int kv_cache_read(kv_cache_t *c, kv_read_fn read, void *user, tern_error_t *err)
     if (!c || !read) return tern_err(err, TERN_EINVAL, "kv cache: read with a NULL cache or reader");
     unsigned char h[KV_HEADER_BYTES];
     if (read(user, h, sizeof h)) return tern_err(err, TERN_EFORMAT, "kv cache: input too short for the header");
-    if (get_u32(h + 0) != KV_MAGIC) return tern_err(err, TERN_EFORMAT, "kv cache: input is not a KV cache (bad magic)");
-    if (get_u32(h + 4) != KV_VERSION)
+    if (le_get_u32(h + 0) != KV_MAGIC) return tern_err(err, TERN_EFORMAT, "kv cache: input is not a KV cache (bad magic)");
+    if (le_get_u32(h + 4) != KV_VERSION)
         return tern_err(err, TERN_EFORMAT, "kv cache: version %u is not supported (this build reads %u)",
-                        get_u32(h + 4), KV_VERSION);
-    const uint32_t type = get_u32(h + 8), n_layer = get_u32(h + 12), n_head_kv = get_u32(h + 16),
-                   head_dim = get_u32(h + 20);
-    const uint64_t n_pos = get_u64(h + 24);
+                        le_get_u32(h + 4), KV_VERSION);
+    const uint32_t type = le_get_u32(h + 8), n_layer = le_get_u32(h + 12), n_head_kv = le_get_u32(h + 16),
+                   head_dim = le_get_u32(h + 20);
+    const uint64_t n_pos = le_get_u64(h + 24);
     if ((int64_t)type != c->lo.type || (int64_t)n_layer != c->lo.n_layer || (int64_t)n_head_kv != c->lo.n_head_kv ||
         (int64_t)head_dim != c->lo.head_dim) {
         char a[96], b[96];

@@ -78,23 +78,6 @@ static uint64_t fnv(uint64_t h, const void *data, size_t len) {
     return h;
 }
 
-static void put_u32(unsigned char *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put_u64(unsigned char *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get_u32(const unsigned char *p) {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-static uint64_t get_u64(const unsigned char *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-    return v;
-}
-
 /* ---- model identity ------------------------------------------------------ */
 
 uint64_t session_model_hash(const model_t *m) {
@@ -191,16 +174,16 @@ static int sync_fd(int fd) {
 }
 
 static void encode_header(unsigned char *h, const session_fp_t *fp) {
-    put_u32(h + 0, SES_MAGIC);
-    put_u32(h + 4, SES_VERSION);
-    put_u32(h + 8, fp->arch);
-    put_u32(h + 12, fp->kv_type);
-    put_u32(h + 16, fp->n_layer);
-    put_u32(h + 20, fp->n_head_kv);
-    put_u32(h + 24, fp->head_dim);
-    put_u32(h + 28, fp->n_vocab);
-    put_u64(h + 32, fp->model_hash);
-    put_u64(h + 40, fnv(FNV_OFF, h, 40));
+    le_put_u32(h + 0, SES_MAGIC);
+    le_put_u32(h + 4, SES_VERSION);
+    le_put_u32(h + 8, fp->arch);
+    le_put_u32(h + 12, fp->kv_type);
+    le_put_u32(h + 16, fp->n_layer);
+    le_put_u32(h + 20, fp->n_head_kv);
+    le_put_u32(h + 24, fp->head_dim);
+    le_put_u32(h + 28, fp->n_vocab);
+    le_put_u64(h + 32, fp->model_hash);
+    le_put_u64(h + 40, fnv(FNV_OFF, h, 40));
 }
 
 static int create_file(const char *path, const session_fp_t *fp, tern_error_t *err) {
@@ -248,30 +231,30 @@ static int create_file(const char *path, const session_fp_t *fp, tern_error_t *e
 
 static int check_header(const session_t *s, const unsigned char *h, tern_error_t *err) {
     const char *p = s->path;
-    if (get_u32(h) != SES_MAGIC) return tern_err(err, TERN_EFORMAT, "session %s: not a tern session file", p);
-    if (get_u64(h + 40) != fnv(FNV_OFF, h, 40))
+    if (le_get_u32(h) != SES_MAGIC) return tern_err(err, TERN_EFORMAT, "session %s: not a tern session file", p);
+    if (le_get_u64(h + 40) != fnv(FNV_OFF, h, 40))
         return tern_err(err, TERN_EFORMAT, "session %s: the header is damaged (checksum mismatch)", p);
-    if (get_u32(h + 4) != SES_VERSION)
+    if (le_get_u32(h + 4) != SES_VERSION)
         return tern_err(err, TERN_EUNSUP, "session %s: format version %u, this tern reads version %u", p,
-                        get_u32(h + 4), SES_VERSION);
+                        le_get_u32(h + 4), SES_VERSION);
     const session_fp_t *fp = &s->fp;
-    if (get_u32(h + 8) != fp->arch)
+    if (le_get_u32(h + 8) != fp->arch)
         return tern_err(err, TERN_EINVAL, "session %s: saved for architecture %s, this model is %s", p,
-                        model_arch_name((model_arch_t)get_u32(h + 8)), model_arch_name((model_arch_t)fp->arch));
-    if (get_u32(h + 12) != fp->kv_type)
+                        model_arch_name((model_arch_t)le_get_u32(h + 8)), model_arch_name((model_arch_t)fp->arch));
+    if (le_get_u32(h + 12) != fp->kv_type)
         return tern_err(err, TERN_EINVAL, "session %s: saved with a %s KV cache, this context's is %s", p,
-                        quant_name((int)get_u32(h + 12)), quant_name((int)fp->kv_type));
+                        quant_name((int)le_get_u32(h + 12)), quant_name((int)fp->kv_type));
     static const char *names[] = {"n_layer", "n_head_kv", "head_dim", "n_vocab"};
     const uint32_t mine[] = {fp->n_layer, fp->n_head_kv, fp->head_dim, fp->n_vocab};
     for (int i = 0; i < 4; i++)
-        if (get_u32(h + 16 + 4 * i) != mine[i])
+        if (le_get_u32(h + 16 + 4 * i) != mine[i])
             return tern_err(err, TERN_EINVAL, "session %s: saved for another model (%s %u, this model has %u)", p,
-                            names[i], get_u32(h + 16 + 4 * i), mine[i]);
-    if (get_u64(h + 32) != fp->model_hash)
+                            names[i], le_get_u32(h + 16 + 4 * i), mine[i]);
+    if (le_get_u64(h + 32) != fp->model_hash)
         return tern_err(err, TERN_EINVAL,
                         "session %s: saved for another model of the same shape (model hash %016llx, this model's "
                         "is %016llx)",
-                        p, (unsigned long long)get_u64(h + 32), (unsigned long long)fp->model_hash);
+                        p, (unsigned long long)le_get_u64(h + 32), (unsigned long long)fp->model_hash);
     return 0;
 }
 
@@ -317,9 +300,9 @@ static int read_record(session_t *s, uint64_t size, tern_error_t *err) {
     if (size - off < REC_HEAD + REC_TAIL) return 0;
     unsigned char hd[REC_HEAD];
     if (pread_full(s->fd, hd, sizeof hd, off)) return tern_err(err, TERN_EIO, "session %s: read error", s->path);
-    const uint32_t n = get_u32(hd + 4);
-    const uint64_t p0 = get_u64(hd + 8);
-    if (get_u32(hd) != REC_MAGIC || n < 1 || n > MAX_TURN_POS || p0 != (uint64_t)s->n_tokens) return 0;
+    const uint32_t n = le_get_u32(hd + 4);
+    const uint64_t p0 = le_get_u64(hd + 8);
+    if (le_get_u32(hd) != REC_MAGIC || n < 1 || n > MAX_TURN_POS || p0 != (uint64_t)s->n_tokens) return 0;
     uint64_t rows, bytes = record_bytes(s, n, &rows);
     if (!bytes || bytes > size - off) return 0; /* sized against the file before any allocation */
     if (reserve((void **)&s->tokens, &s->tok_cap, s->n_tokens + n, sizeof(int32_t)) ||
@@ -329,7 +312,7 @@ static int read_record(session_t *s, uint64_t size, tern_error_t *err) {
     if (pread_full(s->fd, tok, 4ull * n, off + REC_HEAD))
         return tern_err(err, TERN_EIO, "session %s: read error", s->path);
     for (uint32_t i = 0; i < n; i++) {
-        int32_t t = (int32_t)get_u32((const unsigned char *)&tok[i]);
+        int32_t t = (int32_t)le_get_u32((const unsigned char *)&tok[i]);
         if (t < 0 || (uint32_t)t >= s->fp.n_vocab) return 0;
         tok[i] = t;
     }
@@ -338,7 +321,7 @@ static int read_record(session_t *s, uint64_t size, tern_error_t *err) {
     unsigned char tl[REC_TAIL];
     if (pread_full(s->fd, tl, sizeof tl, off + bytes - REC_TAIL))
         return tern_err(err, TERN_EIO, "session %s: read error", s->path);
-    if (get_u64(tl) != h || get_u32(tl + 8) != END_MAGIC || get_u32(tl + 12) != n) return 0;
+    if (le_get_u64(tl) != h || le_get_u32(tl + 8) != END_MAGIC || le_get_u32(tl + 12) != n) return 0;
     s->turns[s->n_turns++] = (turn_t){off, n, (int64_t)p0};
     s->n_tokens += n;
     s->end = off + bytes;
@@ -478,7 +461,7 @@ int session_restore_kv(session_t *s, kv_cache_t *kv, int64_t n_pos, tern_error_t
         }
         if (rc) break;
         unsigned char tl[REC_TAIL];
-        if (pread_full(s->fd, tl, sizeof tl, off) || get_u64(tl) != h) {
+        if (pread_full(s->fd, tl, sizeof tl, off) || le_get_u64(tl) != h) {
             rc = tern_err(err, TERN_EFORMAT, "session %s: turn %lld changed since the file was opened", s->path,
                           (long long)i + 1);
             break;
@@ -523,10 +506,10 @@ int session_append(session_t *s, const model_ctx_t *c, const int32_t *tokens, in
         free(head);
         return tern_err(err, TERN_ENOMEM, "out of memory");
     }
-    put_u32(head, REC_MAGIC);
-    put_u32(head + 4, (uint32_t)n);
-    put_u64(head + 8, (uint64_t)p0);
-    for (int64_t i = 0; i < n; i++) put_u32(head + REC_HEAD + 4 * i, (uint32_t)tokens[i]);
+    le_put_u32(head, REC_MAGIC);
+    le_put_u32(head + 4, (uint32_t)n);
+    le_put_u64(head + 8, (uint64_t)p0);
+    for (int64_t i = 0; i < n; i++) le_put_u32(head + REC_HEAD + 4 * i, (uint32_t)tokens[i]);
     const uint64_t start = s->end;
     uint64_t off = start, h = FNV_OFF;
     const size_t hl = REC_HEAD + 4 * (size_t)n, blk = (size_t)n * (size_t)s->pos_bytes;
@@ -546,9 +529,9 @@ int session_append(session_t *s, const model_ctx_t *c, const int32_t *tokens, in
     /* The body is durable before the trailer that commits it is written. */
     bad = bad || sync_fd(s->fd) != 0;
     unsigned char tl[REC_TAIL];
-    put_u64(tl, h);
-    put_u32(tl + 8, END_MAGIC);
-    put_u32(tl + 12, (uint32_t)n);
+    le_put_u64(tl, h);
+    le_put_u32(tl + 8, END_MAGIC);
+    le_put_u32(tl + 12, (uint32_t)n);
     bad = bad || pwrite_full(s->fd, tl, sizeof tl, off) != 0 || sync_fd(s->fd) != 0;
     if (bad) {
         int e = errno;

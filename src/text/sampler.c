@@ -493,23 +493,6 @@ int32_t sampler_sample(sampler_t *s, const float *logits) {
 static const unsigned char state_magic[4] = {'T', 'S', 'M', 'P'};
 #define STATE_VERSION 1u
 
-static void put_u32(unsigned char *b, uint32_t v) {
-    for (int i = 0; i < 4; i++) b[i] = (unsigned char)(v >> (8 * i));
-}
-static void put_u64(unsigned char *b, uint64_t v) {
-    for (int i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get_u32(const unsigned char *b) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)b[i] << (8 * i);
-    return v;
-}
-static uint64_t get_u64(const unsigned char *b) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
-    return v;
-}
-
 size_t sampler_state_size(const sampler_t *s) {
     return TERN_SAMPLER_STATE_HEADER + 4 * (size_t)(s->cap > 0 ? s->cap : 0);
 }
@@ -519,15 +502,15 @@ size_t sampler_state_save(const sampler_t *s, void *buf, size_t cap) {
     if (!buf || cap < need) return 0;
     unsigned char *b = buf;
     memcpy(b, state_magic, 4);
-    put_u32(b + 4, STATE_VERSION);
-    put_u32(b + 8, (uint32_t)s->n_vocab);
-    put_u32(b + 12, (uint32_t)(s->cap > 0 ? s->cap : 0));
-    put_u64(b + 16, s->rng);
-    put_u32(b + 24, (uint32_t)s->n_window);
+    le_put_u32(b + 4, STATE_VERSION);
+    le_put_u32(b + 8, (uint32_t)s->n_vocab);
+    le_put_u32(b + 12, (uint32_t)(s->cap > 0 ? s->cap : 0));
+    le_put_u64(b + 16, s->rng);
+    le_put_u32(b + 24, (uint32_t)s->n_window);
     /* Oldest first: the ring starts at head once it is full. */
     const int32_t start = s->n_window == s->cap ? s->window_head : 0;
     for (int32_t i = 0; i < s->n_window; i++)
-        put_u32(b + TERN_SAMPLER_STATE_HEADER + 4 * (size_t)i, (uint32_t)s->window[(start + i) % s->cap]);
+        le_put_u32(b + TERN_SAMPLER_STATE_HEADER + 4 * (size_t)i, (uint32_t)s->window[(start + i) % s->cap]);
     return need;
 }
 
@@ -537,7 +520,7 @@ int sampler_state_load(sampler_t *s, const void *buf, size_t len, tern_error_t *
         return tern_err(err, TERN_EFORMAT, "sampler state: %zu bytes, shorter than the %d-byte header", buf ? len : 0,
                         TERN_SAMPLER_STATE_HEADER);
     if (memcmp(b, state_magic, 4) != 0) return tern_err(err, TERN_EFORMAT, "sampler state: bad magic (not TSMP)");
-    uint32_t ver = get_u32(b + 4), nv = get_u32(b + 8), wcap = get_u32(b + 12), n = get_u32(b + 24);
+    uint32_t ver = le_get_u32(b + 4), nv = le_get_u32(b + 8), wcap = le_get_u32(b + 12), n = le_get_u32(b + 24);
     if (ver != STATE_VERSION)
         return tern_err(err, TERN_EUNSUP, "sampler state: version %u, this tern reads %u", ver, STATE_VERSION);
     if (nv != (uint32_t)s->n_vocab)
@@ -552,14 +535,14 @@ int sampler_state_load(sampler_t *s, const void *buf, size_t len, tern_error_t *
         return tern_err(err, TERN_EFORMAT, "sampler state: %zu bytes, a window of %u ids takes %zu", len, n,
                         TERN_SAMPLER_STATE_HEADER + 4 * (size_t)n);
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t id = get_u32(b + TERN_SAMPLER_STATE_HEADER + 4 * (size_t)i);
+        uint32_t id = le_get_u32(b + TERN_SAMPLER_STATE_HEADER + 4 * (size_t)i);
         if (id >= nv) return tern_err(err, TERN_EFORMAT, "sampler state: window id %u (entry %u) out of range", id, i);
     }
     /* Valid: now change the sampler. The window order (oldest first) does
      * not change what the penalties do: each distinct id is penalized once
      * with its count. */
-    s->rng = get_u64(b + 16);
-    for (uint32_t i = 0; i < n; i++) s->window[i] = (int32_t)get_u32(b + TERN_SAMPLER_STATE_HEADER + 4 * (size_t)i);
+    s->rng = le_get_u64(b + 16);
+    for (uint32_t i = 0; i < n; i++) s->window[i] = (int32_t)le_get_u32(b + TERN_SAMPLER_STATE_HEADER + 4 * (size_t)i);
     s->n_window = (int32_t)n;
     s->window_head = s->cap > 0 ? (int32_t)(n % (uint32_t)s->cap) : 0;
     return 0;
