@@ -137,10 +137,14 @@ typedef struct {
     int32_t n_batch;   /* prompt positions per forward block (GEMM); <= 0: 512 */
     int32_t kv_f32;    /* 1: F32 KV cache; 0: F16 (default) */
     int32_t profile;   /* 1: accumulate per-op times (tern_context_profile) */
+    int32_t n_seq_max; /* sequences the context serves, ids 0 .. n_seq_max-1 (<= 4096); <= 0: 64 */
+    int32_t kv_block;  /* positions per KV memory block; <= 0: 32 */
 } tern_context_params_t;
 tern_context_params_t tern_context_default_params(void);
 
-/* Create a context (KV cache, scratch, pool). NULL on error: TERN_EINVAL
+/* Create a context (KV memory, scratch, pool). The KV memory holds n_ctx
+ * positions in all, in blocks of kv_block, shared by every sequence: one
+ * sequence may use all of it, or many share it; there is no fixed split. NULL on error: TERN_EINVAL
  * (bad parameter), TERN_ENOMEM (the message gives the KV cache size). The
  * caller owns it; it borrows m, which is only read. */
 tern_context_t *tern_context_create(const tern_model_t *m, const tern_context_params_t *p, tern_error_t *err);
@@ -150,12 +154,12 @@ void tern_context_free(tern_context_t *c);
  * tern_context_set_threads replaces it by its own (or ""). */
 const char *tern_context_note(const tern_context_t *c);
 int32_t tern_context_n_ctx(const tern_context_t *c);
-int32_t tern_context_pos(const tern_context_t *c); /* positions in the KV cache */
+int32_t tern_context_pos(const tern_context_t *c); /* positions of sequence 0 in the KV memory */
 int32_t tern_context_threads(const tern_context_t *c);
 /* Replace the context's pool by one of n_threads (resolved and clamped as
  * at creation); the KV cache stays. */
 int tern_context_set_threads(tern_context_t *c, int32_t n_threads, tern_error_t *err);
-/* Drop positions >= pos from the KV cache (0: start over). TERN_EINVAL if
+/* Drop positions >= pos of sequence 0 (0: start over). TERN_EINVAL if
  * pos is beyond the current position. tern_get_logits is not recomputed:
  * evaluate a token before sampling again. */
 int tern_context_truncate(tern_context_t *c, int32_t pos, tern_error_t *err);
@@ -164,8 +168,8 @@ int tern_context_truncate(tern_context_t *c, int32_t pos, tern_error_t *err);
  * blocks stay in the cache. fn NULL removes it. */
 void tern_context_set_abort(tern_context_t *c, int (*fn)(void *user), void *user);
 
-/* Evaluate n tokens at the current position, appending them to the KV
- * cache. logits_all (may be NULL): n x n_vocab floats receive the logits of
+/* Evaluate n tokens of sequence 0 at its current position, appending them
+ * to the KV memory (tern_decode for many sequences). logits_all (may be NULL): n x n_vocab floats receive the logits of
  * every position; the last position's are always kept (tern_get_logits).
  * Errors (nothing appended unless stated): TERN_ECTXFULL (pos + n > n_ctx),
  * TERN_EABORTED (the abort callback said stop: the blocks before it stay
@@ -173,8 +177,66 @@ void tern_context_set_abort(tern_context_t *c, int (*fn)(void *user), void *user
  * error (TERN_EJOB ...). Timed as prompt when n > 1, as generation when
  * n == 1. */
 int tern_eval(tern_context_t *c, const int32_t *ids, int32_t n, float *logits_all, tern_error_t *err);
-/* n_vocab logits of the last evaluated position; valid until the next eval. */
+/* n_vocab logits of the last position tern_eval evaluated; valid until the
+ * next tern_eval. */
 const float *tern_get_logits(const tern_context_t *c);
+
+/* ---- many sequences in one forward pass ----
+ * A batch is a list of tokens of any sequences: each entry names its
+ * sequence, its position in it (or TERN_POS_APPEND: the next one, counting
+ * the batch's earlier entries of that sequence), its token, and whether its
+ * logits are wanted. Prompt chunks of some sequences and single tokens of
+ * others mix freely; the entries may come in any order, but each
+ * sequence's positions must continue where it ends, without gaps or
+ * repeats. One call reads every weight matrix once per n_batch tokens (a
+ * GEMM over the batch), and attention runs per token over its own
+ * sequence's positions.
+ *
+ * Batch invariance: a token's logits depend only on its sequence's tokens
+ * up to it: they are byte-identical whatever other sequences share the
+ * batch, how many, in which order, and at any thread count (the same as
+ * tern_eval of that sequence alone). */
+#define TERN_POS_APPEND (-1)
+typedef struct {
+    int32_t seq;    /* sequence id, 0 .. n_seq_max-1 */
+    int32_t token;
+    int32_t pos;    /* position in the sequence, or TERN_POS_APPEND */
+    int32_t logits; /* 1: keep this token's logits (tern_batch_logits) */
+} tern_batch_entry_t;
+/* Evaluate n entries in one forward pass, appending each to its sequence.
+ * Errors leave every sequence as it was: TERN_EINVAL (bad sequence id,
+ * token id or position: the message names the entry), TERN_ECTXFULL (a
+ * sequence would pass n_ctx positions), TERN_EKVFULL (the memory has too
+ * few free blocks: remove or truncate another sequence and retry), or a
+ * kernel error. Timed into the decode counters of tern_timings_t. */
+int tern_decode(tern_context_t *c, const tern_batch_entry_t *entries, int32_t n, tern_error_t *err);
+/* n_vocab logits of entry i of the last tern_decode, NULL when it did not
+ * ask for them (or i is out of range); valid until the next evaluation. */
+const float *tern_batch_logits(const tern_context_t *c, int32_t i);
+
+/* Sequence operations (seq in 0 .. n_seq_max-1, else TERN_EINVAL or -1). */
+int32_t tern_context_n_seq(const tern_context_t *c); /* n_seq_max */
+int32_t tern_seq_pos(const tern_context_t *c, int32_t seq); /* positions it holds */
+/* Keep positions 0 .. pos-1 of seq and give back the blocks past them. */
+int tern_seq_truncate(tern_context_t *c, int32_t seq, int32_t pos, tern_error_t *err);
+/* Forget seq: its blocks return to the memory (those it shares stay with
+ * the other sequences). */
+int tern_seq_remove(tern_context_t *c, int32_t seq, tern_error_t *err);
+/* dst (emptied first) takes the first n_pos positions of src without
+ * copying them: the two share those blocks (a common system prompt is
+ * stored once), and the block a sequence then appends into is copied for
+ * it first (copy on write). Continuing dst gives the bytes a fresh
+ * evaluation of the same tokens would. dst != src, n_pos <= src's. */
+int tern_seq_fork(tern_context_t *c, int32_t dst, int32_t src, int32_t n_pos, tern_error_t *err);
+/* Blocks in seq's table (shared ones included); -1 for a bad id. */
+int32_t tern_seq_blocks(const tern_context_t *c, int32_t seq);
+/* The memory's block accounting: n_used + n_free == n_blocks; n_shared
+ * blocks are held by more than one sequence. */
+typedef struct {
+    int32_t block_pos; /* positions per block */
+    int32_t n_blocks, n_used, n_free, n_shared;
+} tern_kv_stats_t;
+void tern_kv_stats(const tern_context_t *c, tern_kv_stats_t *st);
 
 /* Counters since creation (or the last reset). Dispatches count the runs of
  * this context's own pool that handed work to its threads
@@ -189,6 +251,10 @@ typedef struct {
     uint64_t gen_dispatches;
     int64_t n_sample;
     uint64_t sample_ns;         /* time in the sampler, via tern_generate */
+    int64_t n_decode;           /* tokens evaluated by tern_decode */
+    int64_t n_decode_calls;
+    uint64_t decode_ns;
+    uint64_t decode_dispatches;
 } tern_timings_t;
 void tern_context_timings(const tern_context_t *c, tern_timings_t *t);
 void tern_context_timings_reset(tern_context_t *c);
@@ -324,22 +390,22 @@ void tern_session_close(tern_session_t *s);
 int32_t tern_session_n_tokens(const tern_session_t *s);
 const int32_t *tern_session_tokens(const tern_session_t *s);
 int32_t tern_session_n_turns(const tern_session_t *s);
-/* Empty c, then load into it the longest common prefix of prompt and the
- * session's tokens, but never the whole prompt: at least its last token is
+/* Empty sequence seq of c, then load into it the longest common prefix of
+ * prompt and the session's tokens, but never the whole prompt: at least its last token is
  * left for the caller to evaluate (the logits are not stored), e.g.
- *     tern_session_restore_prefix(s, c, ids, n, &k, &err);
+ *     tern_session_restore_prefix(s, c, 0, ids, n, &k, &err);
  *     tern_generate(c, smp, ids + k, n - k, ...);
  * (accept ids[0..k) into the sampler first when it uses penalties).
  * *n_restored (may be NULL) receives k. On error c is left empty. */
-int tern_session_restore_prefix(tern_session_t *s, tern_context_t *c, const int32_t *prompt, int32_t n_prompt,
-                                int32_t *n_restored, tern_error_t *err);
-/* Commit what c holds beyond the file as one turn (written, fsynced, then
+int tern_session_restore_prefix(tern_session_t *s, tern_context_t *c, int32_t seq, const int32_t *prompt,
+                                int32_t n_prompt, int32_t *n_restored, tern_error_t *err);
+/* Commit what sequence seq of c holds beyond the file as one turn (written, fsynced, then
  * its commit marker written and fsynced). When the file's tokens are not a
  * prefix of c's (c went another way), the file's turns past the common
  * prefix are dropped first (cut at a turn boundary) and the rest written
  * again from c. Nothing new: no-op. Errors: TERN_EIO (the file is left at
  * its last committed turn), TERN_EINVAL. */
-int tern_session_append(tern_session_t *s, const tern_context_t *c, tern_error_t *err);
+int tern_session_append(tern_session_t *s, const tern_context_t *c, int32_t seq, tern_error_t *err);
 
 #ifdef __cplusplus
 }

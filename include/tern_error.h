@@ -29,8 +29,10 @@ enum {
     TERN_EUNSUP = -5,   /* valid but unsupported (architecture, type ...) */
     TERN_EBUSY = -6,    /* object in use by another thread */
     TERN_EJOB = -7,     /* a pool job reported failure */
-    TERN_ECTXFULL = -8, /* the context has no room for the tokens (tern_eval) */
-    TERN_EABORTED = -9  /* the abort callback stopped an evaluation (tern_eval) */
+    TERN_ECTXFULL = -8, /* the sequence would pass the context size (tern_eval, tern_decode) */
+    TERN_EABORTED = -9, /* the abort callback stopped an evaluation (tern_eval) */
+    TERN_EKVFULL = -10  /* the KV memory has too few free blocks for the tokens: free another
+                           sequence (tern_seq_remove / tern_seq_truncate) and retry */
 };
 
 #define TERN_ERR_MSG 512

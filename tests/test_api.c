@@ -550,12 +550,12 @@ static void test_session_api(void **state) {
     assert_non_null(ses);
     assert_int_equal(tern_session_n_tokens(ses), 0);
     int32_t k = -1;
-    assert_int_equal(tern_session_restore_prefix(ses, b, ids, (int32_t)n, &k, &err), 0);
+    assert_int_equal(tern_session_restore_prefix(ses, b, 0, ids, (int32_t)n, &k, &err), 0);
     assert_int_equal(k, 0);
     tern_sampler_reset(s);
     cb_state first = {0};
     assert_int_equal(tern_generate(b, s, ids, (int32_t)n, 10, on_token, &first, NULL, &err), 0);
-    assert_int_equal(tern_session_append(ses, b, &err), 0);
+    assert_int_equal(tern_session_append(ses, b, 0, &err), 0);
     assert_int_equal(tern_session_n_tokens(ses), (int32_t)n + 10);
     assert_int_equal(tern_session_n_turns(ses), 1);
     tern_session_close(ses);
@@ -568,7 +568,7 @@ static void test_session_api(void **state) {
     assert_int_equal(tern_session_n_tokens(ses), (int32_t)n + 10);
     assert_memory_equal(tern_session_tokens(ses), ids, n * sizeof(int32_t));
     assert_memory_equal(tern_session_tokens(ses) + n, first.ids, 10 * sizeof(int32_t));
-    assert_int_equal(tern_session_restore_prefix(ses, c, ids, (int32_t)n, &k, &err), 0);
+    assert_int_equal(tern_session_restore_prefix(ses, c, 0, ids, (int32_t)n, &k, &err), 0);
     assert_int_equal(k, (int32_t)n - 1);
     assert_int_equal(tern_context_pos(c), k);
     tern_sampler_reset(s);
@@ -580,10 +580,10 @@ static void test_session_api(void **state) {
     tern_timings_t t;
     tern_context_timings(c, &t);
     assert_int_equal(t.n_prompt, 1); /* only the unrestored prompt token was evaluated */
-    assert_int_equal(tern_session_append(ses, c, &err), 0);
+    assert_int_equal(tern_session_append(ses, c, 0, &err), 0);
     assert_int_equal(tern_session_n_tokens(ses), (int32_t)n + 20);
     assert_int_equal(tern_session_n_turns(ses), 2); /* only the new positions were written */
-    assert_int_equal(tern_session_append(ses, c, &err), 0); /* nothing new */
+    assert_int_equal(tern_session_append(ses, c, 0, &err), 0); /* nothing new */
     assert_int_equal(tern_session_n_turns(ses), 2);
 
     /* Another continuation from position n + 3: the file keeps what is
@@ -593,10 +593,10 @@ static void test_session_api(void **state) {
     memcpy(alt, ids, n * sizeof(int32_t));
     memcpy(alt + n, ref.ids, 3 * sizeof(int32_t));
     alt[n + 3] = (ref.ids[3] + 1) % tern_model_n_vocab(m);
-    assert_int_equal(tern_session_restore_prefix(ses, d, alt, (int32_t)n + 4, &k, &err), 0);
+    assert_int_equal(tern_session_restore_prefix(ses, d, 0, alt, (int32_t)n + 4, &k, &err), 0);
     assert_int_equal(k, (int32_t)n + 3);
     assert_int_equal(tern_eval(d, alt + k, 1, NULL, &err), 0);
-    assert_int_equal(tern_session_append(ses, d, &err), 0);
+    assert_int_equal(tern_session_append(ses, d, 0, &err), 0);
     assert_int_equal(tern_session_n_tokens(ses), (int32_t)n + 4);
     assert_memory_equal(tern_session_tokens(ses), alt, (n + 4) * sizeof(int32_t));
     tern_session_close(ses);

@@ -137,7 +137,7 @@ int cmd_run(int argc, char **argv) {
     int32_t n_restored = 0;
     if (o.session) {
         if (!(ses = tern_session_open(m, o.session, c, &err)) ||
-            tern_session_restore_prefix(ses, c, ids, (int32_t)n_ids, &n_restored, &err)) {
+            tern_session_restore_prefix(ses, c, 0, ids, (int32_t)n_ids, &n_restored, &err)) {
             fprintf(stderr, "tern: %s\n", err.msg);
             goto out;
         }
@@ -171,7 +171,7 @@ int cmd_run(int argc, char **argv) {
     if (ses) {
         /* Whatever was evaluated, also after an error or Ctrl-C. */
         tern_error_t serr = {0};
-        if (tern_session_append(ses, c, &serr)) fprintf(stderr, "tern: %s\n", serr.msg);
+        if (tern_session_append(ses, c, 0, &serr)) fprintf(stderr, "tern: %s\n", serr.msg);
         else
             fprintf(stderr, "tern: session %s: %d tokens saved in %d turn%s\n", o.session, tern_session_n_tokens(ses),
                     tern_session_n_turns(ses), tern_session_n_turns(ses) == 1 ? "" : "s");
@@ -357,7 +357,7 @@ int cmd_chat(int argc, char **argv) {
          * chat's same first turns) from the file instead of evaluating it. */
         int32_t n_restored = 0;
         if (ses && fresh) {
-            if (tern_session_restore_prefix(ses, c, ids, (int32_t)n_ids, &n_restored, &err)) {
+            if (tern_session_restore_prefix(ses, c, 0, ids, (int32_t)n_ids, &n_restored, &err)) {
                 fprintf(stderr, "tern: %s\n", err.msg);
                 free(ids);
                 free(reply.buf);
@@ -373,7 +373,7 @@ int cmd_chat(int argc, char **argv) {
         free(ids);
         if (ses) {
             tern_error_t serr = {0};
-            if (tern_session_append(ses, c, &serr)) fprintf(stderr, "tern: %s\n", serr.msg);
+            if (tern_session_append(ses, c, 0, &serr)) fprintf(stderr, "tern: %s\n", serr.msg);
         }
         printf("\n");
         fflush(stdout);

@@ -31,7 +31,6 @@ struct tern_context {
     tern_timings_t t;
     int (*abort_fn)(void *);
     void *abort_user;
-    int32_t *hist; /* n_ctx: the token at each position in the KV cache (sessions) */
 };
 
 struct tern_session {
@@ -248,15 +247,17 @@ tern_context_t *tern_context_create(const tern_model_t *m, const tern_context_pa
     mp.n_batch = p->n_batch;
     mp.kv_f32 = p->kv_f32 != 0;
     mp.profile = p->profile != 0;
+    if (p->n_seq_max > KV_MAX_SEQ || p->kv_block > (1 << 20)) {
+        free(c);
+        tern_err(err, TERN_EINVAL, "tern_context_create: n_seq_max %d (at most %d) or kv_block %d (at most %d)",
+                 p->n_seq_max, KV_MAX_SEQ, p->kv_block, 1 << 20);
+        return NULL;
+    }
+    mp.n_seq = p->n_seq_max > 0 ? p->n_seq_max : 64;
+    mp.kv_block = p->kv_block;
     c->mc = model_ctx_new(m->m, &mp, c->note, sizeof c->note, err);
     if (!c->mc) {
         free(c);
-        return NULL;
-    }
-    if (!(c->hist = malloc((size_t)model_ctx_n_ctx(c->mc) * sizeof *c->hist))) {
-        model_ctx_free(c->mc);
-        free(c);
-        tern_err(err, TERN_ENOMEM, "out of memory");
         return NULL;
     }
     if (tnote[0]) {
@@ -269,7 +270,6 @@ tern_context_t *tern_context_create(const tern_model_t *m, const tern_context_pa
 void tern_context_free(tern_context_t *c) {
     if (!c) return;
     model_ctx_free(c->mc);
-    free(c->hist);
     free(c);
 }
 
@@ -304,22 +304,25 @@ static int eval_kind(tern_context_t *c, const int32_t *ids, int32_t n, float *lo
         return tern_err(err, TERN_ECTXFULL, "context full: %lld positions + %d new > context size %lld",
                         (long long)model_ctx_pos(c->mc), n, (long long)model_ctx_n_ctx(c->mc));
     const int64_t V = c->model->m->hp.n_vocab;
+    /* The blocks of the whole call are taken now (TERN_EKVFULL: nothing
+     * appended), so that a later block cannot find the memory full. */
+    int rc = kv_seq_reserve(model_ctx_kv(c->mc), 0, n, err);
+    if (rc) return rc;
     /* Block by block, so that the abort callback runs between blocks. The
      * pool does not change during an eval (set_threads is the caller's). */
     const int64_t step = model_ctx_n_batch(c->mc);
     const tern_pool_t *pool = model_ctx_pool(c->mc);
     uint64_t d0 = tern_pool_dispatches(pool), t0 = tern_now_ns();
-    int rc = 0;
     for (int64_t off = 0; off < n && rc == 0; off += step) {
         if (off > 0 && c->abort_fn && c->abort_fn(c->abort_user)) {
             rc = tern_err(err, TERN_EABORTED, "evaluation aborted after %lld of %d tokens", (long long)off, n);
             break;
         }
         int64_t k = n - off < step ? n - off : step;
-        const int64_t at = model_ctx_pos(c->mc);
         rc = model_eval(c->mc, ids + off, k, logits_all ? logits_all + off * V : NULL, err);
-        if (rc == 0) memcpy(c->hist + at, ids + off, (size_t)k * sizeof *ids);
     }
+    /* Blocks reserved past what was evaluated go back. */
+    if (rc) (void)model_ctx_truncate(c->mc, model_ctx_pos(c->mc), NULL);
     uint64_t dt = tern_now_ns() - t0, dd = tern_pool_dispatches(pool) - d0;
     if (prompt) {
         c->t.n_prompt += n;
@@ -509,6 +512,76 @@ int tern_generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, i
     return rc;
 }
 
+/* ---- many sequences ---- */
+
+static bool seq_ok(const tern_context_t *c, int32_t seq) {
+    return seq >= 0 && seq < kv_cache_n_seq(model_ctx_kv_const(c->mc));
+}
+
+int tern_decode(tern_context_t *c, const tern_batch_entry_t *e, int32_t n, tern_error_t *err) {
+    if (!c || n < 0 || (n > 0 && !e)) return tern_err(err, TERN_EINVAL, "tern_decode: bad arguments");
+    model_tok_t *t = malloc((size_t)(n > 0 ? n : 1) * sizeof *t);
+    if (!t) return tern_err(err, TERN_ENOMEM, "out of memory for a batch of %d tokens", n);
+    for (int32_t i = 0; i < n; i++) {
+        if (e[i].pos < 0 && e[i].pos != TERN_POS_APPEND) {
+            free(t);
+            return tern_err(err, TERN_EINVAL, "tern_decode: entry %d: position %d", i, e[i].pos);
+        }
+        t[i] = (model_tok_t){e[i].seq, e[i].token, e[i].pos == TERN_POS_APPEND ? MODEL_POS_APPEND : e[i].pos,
+                             e[i].logits != 0};
+    }
+    const tern_pool_t *pool = model_ctx_pool(c->mc);
+    const uint64_t d0 = tern_pool_dispatches(pool), t0 = tern_now_ns();
+    const int rc = model_decode(c->mc, t, n, err);
+    free(t);
+    if (rc == 0) {
+        c->t.n_decode += n;
+        c->t.n_decode_calls++;
+        c->t.decode_ns += tern_now_ns() - t0;
+        c->t.decode_dispatches += tern_pool_dispatches(pool) - d0;
+    }
+    return rc;
+}
+
+const float *tern_batch_logits(const tern_context_t *c, int32_t i) { return model_ctx_out(c->mc, i); }
+
+int32_t tern_context_n_seq(const tern_context_t *c) { return kv_cache_n_seq(model_ctx_kv_const(c->mc)); }
+
+int32_t tern_seq_pos(const tern_context_t *c, int32_t seq) {
+    return seq_ok(c, seq) ? (int32_t)kv_seq_n_pos(model_ctx_kv_const(c->mc), seq) : -1;
+}
+
+int32_t tern_seq_blocks(const tern_context_t *c, int32_t seq) {
+    return seq_ok(c, seq) ? (int32_t)kv_seq_n_blocks(model_ctx_kv_const(c->mc), seq) : -1;
+}
+
+int tern_seq_truncate(tern_context_t *c, int32_t seq, int32_t pos, tern_error_t *err) {
+    if (!c || !seq_ok(c, seq)) return tern_err(err, TERN_EINVAL, "tern_seq_truncate: no sequence %d", seq);
+    return kv_seq_truncate(model_ctx_kv(c->mc), seq, pos, err);
+}
+
+int tern_seq_remove(tern_context_t *c, int32_t seq, tern_error_t *err) {
+    if (!c || !seq_ok(c, seq)) return tern_err(err, TERN_EINVAL, "tern_seq_remove: no sequence %d", seq);
+    kv_seq_remove(model_ctx_kv(c->mc), seq);
+    return 0;
+}
+
+int tern_seq_fork(tern_context_t *c, int32_t dst, int32_t src, int32_t n_pos, tern_error_t *err) {
+    if (!c || !seq_ok(c, dst) || !seq_ok(c, src))
+        return tern_err(err, TERN_EINVAL, "tern_seq_fork: no sequence %d or %d", dst, src);
+    return kv_seq_fork(model_ctx_kv(c->mc), dst, src, n_pos, err);
+}
+
+void tern_kv_stats(const tern_context_t *c, tern_kv_stats_t *st) {
+    kv_stats_t k;
+    kv_cache_stats(model_ctx_kv_const(c->mc), &k);
+    st->block_pos = (int32_t)k.block_pos;
+    st->n_blocks = (int32_t)k.n_blocks;
+    st->n_used = (int32_t)k.n_used;
+    st->n_free = (int32_t)k.n_free;
+    st->n_shared = (int32_t)k.n_shared;
+}
+
 /* ---- sessions ---- */
 
 tern_session_t *tern_session_open(const tern_model_t *m, const char *path, const tern_context_t *c,
@@ -542,10 +615,10 @@ int32_t tern_session_n_tokens(const tern_session_t *s) { return (int32_t)session
 const int32_t *tern_session_tokens(const tern_session_t *s) { return session_tokens(s->s); }
 int32_t tern_session_n_turns(const tern_session_t *s) { return (int32_t)session_n_turns(s->s); }
 
-int tern_session_restore_prefix(tern_session_t *s, tern_context_t *c, const int32_t *prompt, int32_t n_prompt,
-                                int32_t *n_restored, tern_error_t *err) {
+int tern_session_restore_prefix(tern_session_t *s, tern_context_t *c, int32_t seq, const int32_t *prompt,
+                                int32_t n_prompt, int32_t *n_restored, tern_error_t *err) {
     if (n_restored) *n_restored = 0;
-    if (!s || !c || c->model != s->model || n_prompt < 0 || (n_prompt > 0 && !prompt))
+    if (!s || !c || c->model != s->model || n_prompt < 0 || (n_prompt > 0 && !prompt) || !seq_ok(c, seq))
         return tern_err(err, TERN_EINVAL, "tern_session_restore_prefix: bad arguments");
     const int32_t *st = session_tokens(s->s);
     int64_t n = 0, ns = session_n_tokens(s->s);
@@ -553,21 +626,22 @@ int tern_session_restore_prefix(tern_session_t *s, tern_context_t *c, const int3
     if (n >= n_prompt) n = n_prompt - 1; /* one prompt token is left to evaluate: the logits */
     if (n < 0) n = 0;
     if (n > model_ctx_n_ctx(c->mc)) n = model_ctx_n_ctx(c->mc);
-    int rc = session_restore(s->s, c->mc, n, err);
+    int rc = session_restore(s->s, c->mc, seq, n, err);
     if (rc) return rc;
-    if (n > 0) memcpy(c->hist, st, (size_t)n * sizeof *st);
     if (n_restored) *n_restored = (int32_t)n;
     return 0;
 }
 
-int tern_session_append(tern_session_t *s, const tern_context_t *c, tern_error_t *err) {
-    if (!s || !c || c->model != s->model) return tern_err(err, TERN_EINVAL, "tern_session_append: bad arguments");
-    const int64_t pos = model_ctx_pos(c->mc);
-    const int32_t *st = session_tokens(s->s);
+int tern_session_append(tern_session_t *s, const tern_context_t *c, int32_t seq, tern_error_t *err) {
+    if (!s || !c || c->model != s->model || !seq_ok(c, seq))
+        return tern_err(err, TERN_EINVAL, "tern_session_append: bad arguments");
+    const kv_cache_t *kv = model_ctx_kv_const(c->mc);
+    const int64_t pos = kv_seq_n_pos(kv, seq);
+    const int32_t *st = session_tokens(s->s), *hist = kv_seq_ids(kv, seq);
     int64_t common = 0, ns = session_n_tokens(s->s);
-    while (common < ns && common < pos && st[common] == c->hist[common]) common++;
+    while (common < ns && common < pos && st[common] == hist[common]) common++;
     int rc = 0;
     if (common < ns && (rc = session_truncate(s->s, common, err))) return rc;
     const int64_t from = session_n_tokens(s->s);
-    return session_append(s->s, c->mc, c->hist + from, pos - from, err);
+    return session_append(s->s, c->mc, seq, hist + from, pos - from, err);
 }

@@ -66,27 +66,47 @@ const attn_vt_t attn_vt_scalar[2] = {{scores_f32, accum_f32}, {scores_f16, accum
 typedef struct {
     const kern_attn_t *a;
     const attn_vt_t *vt;
-    int64_t pos0;
+    int64_t pos0;                /* contiguous: the block's first position */
+    const kern_attn_query_t *qs; /* paged: per query, else NULL */
     const float *q;
     float *out;
-    size_t elt;      /* bytes per cache element */
-    size_t pos_stride; /* bytes between cache positions */
+    size_t elt;        /* bytes per cache element */
+    size_t pos_stride; /* bytes between cache positions (within a block) */
+    int64_t block_pos; /* positions per block (contiguous: INT64_MAX) */
 } attn_job_t;
 
-/* One query head over keys 0..n_keys-1 of KV head g. */
-static void attn_head(const attn_job_t *j, int g, const float *qh, float *oh, int64_t n_keys) {
+/* Key position t of KV head g in a cache base (K or V): row t % block_pos of
+ * block blocks[t / block_pos], or row t of a contiguous cache. */
+static const char *key_row(const attn_job_t *j, const void *base, const int32_t *blocks, int g, int64_t t) {
+    const char *b = (const char *)base + (size_t)g * (size_t)j->a->head_dim * j->elt;
+    if (!blocks) return b + (size_t)t * j->pos_stride;
+    return b + (size_t)blocks[t / j->block_pos] * j->a->block_bytes + (size_t)(t % j->block_pos) * j->pos_stride;
+}
+
+/* Keys t .. t+n-1 with t's block: how many of them are contiguous. */
+static int run_of(const attn_job_t *j, int64_t t, int n) {
+    const int64_t left = j->block_pos - t % j->block_pos;
+    return left < n ? (int)left : n;
+}
+
+/* One query head over keys 0..n_keys-1 of KV head g. A tile that spans
+ * blocks is scored and accumulated run by run: the scores are independent
+ * per key and the accumulation goes in key order either way, so the bits
+ * do not depend on where blocks begin. */
+static void attn_head(const attn_job_t *j, const int32_t *blocks, int g, const float *qh, float *oh, int64_t n_keys) {
     const kern_attn_t *a = j->a;
     const int hd = a->head_dim;
-    const char *kb = (const char *)a->k_cache + (size_t)g * (size_t)hd * j->elt;
-    const char *vb = (const char *)a->v_cache + (size_t)g * (size_t)hd * j->elt;
     float acc[KERN_ATTN_MAX_HEAD_DIM];
     float s[ATTN_TILE];
     for (int d = 0; d < hd; d++) acc[d] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     for (int64_t t0 = 0; t0 < n_keys; t0 += ATTN_TILE) {
         const int nt = n_keys - t0 < ATTN_TILE ? (int)(n_keys - t0) : ATTN_TILE;
-        const size_t off = (size_t)t0 * j->pos_stride;
-        j->vt->scores(qh, kb + off, j->pos_stride, nt, hd, a->scale, s);
+        for (int t = 0; t < nt;) {
+            const int r = run_of(j, t0 + t, nt - t);
+            j->vt->scores(qh, key_row(j, a->k_cache, blocks, g, t0 + t), j->pos_stride, r, hd, a->scale, s + t);
+            t += r;
+        }
         float mt = s[0];
         for (int t = 1; t < nt; t++) mt = s[t] > mt ? s[t] : mt;
         if (mt > m) {
@@ -101,7 +121,11 @@ static void attn_head(const attn_job_t *j, int g, const float *qh, float *oh, in
             s[t] = expf(s[t] - m);
             l += s[t];
         }
-        j->vt->accum(acc, s, vb + off, j->pos_stride, nt, hd);
+        for (int t = 0; t < nt;) {
+            const int r = run_of(j, t0 + t, nt - t);
+            j->vt->accum(acc, s + t, key_row(j, a->v_cache, blocks, g, t0 + t), j->pos_stride, r, hd);
+            t += r;
+        }
     }
     const float inv = 1.0f / l;
     for (int d = 0; d < hd; d++) oh[d] = acc[d] * inv;
@@ -116,16 +140,19 @@ static int attn_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
     for (int64_t r = r0; r < r1; r++) {
         const int64_t i = r / a->n_kv_heads;
         const int g = (int)(r % a->n_kv_heads);
+        const int64_t pos = j->qs ? j->qs[i].pos : j->pos0 + i;
+        const int32_t *blocks = j->qs ? j->qs[i].blocks : NULL;
         for (int h = g * group; h < (g + 1) * group; h++) {
             const int64_t off = i * row_elems + (int64_t)h * a->head_dim;
-            attn_head(j, g, j->q + off, j->out + off, j->pos0 + i + 1);
+            attn_head(j, blocks, g, j->q + off, j->out + off, pos + 1);
         }
     }
     return 0;
 }
 
-int kern_attention(tern_pool_t *pool, const kern_attn_t *a, int64_t pos0, int64_t nq, const float *q,
-                   float *out, tern_error_t *err) {
+/* Checks shared by both entry points; *elt = bytes per cache element. */
+static int attn_check(const kern_attn_t *a, int64_t nq, const float *q, const float *out, size_t *elt,
+                      tern_error_t *err) {
     if (!a) return tern_err(err, TERN_EINVAL, "kern_attention: parameters are NULL");
     if (a->n_heads <= 0 || a->n_kv_heads <= 0 || a->n_heads % a->n_kv_heads)
         return tern_err(err, TERN_EINVAL, "kern_attention: %d heads is not a multiple of %d KV heads", a->n_heads,
@@ -136,37 +163,81 @@ int kern_attention(tern_pool_t *pool, const kern_attn_t *a, int64_t pos0, int64_
     if (a->kv_type != TYPE_F32 && a->kv_type != TYPE_F16)
         return tern_err(err, TERN_EINVAL, "kern_attention: KV cache type %s (%d): only f32 and f16",
                         quant_name(a->kv_type), a->kv_type);
-    if (pos0 < 0 || nq < 0)
-        return tern_err(err, TERN_EINVAL, "kern_attention: bad block pos0 %lld nq %lld", (long long)pos0,
-                        (long long)nq);
+    if (nq < 0) return tern_err(err, TERN_EINVAL, "kern_attention: bad query count %lld", (long long)nq);
     if (!isfinite(a->scale)) return tern_err(err, TERN_EINVAL, "kern_attention: scale is not finite");
-    if (nq == 0) return 0;
-    if (!a->k_cache || !a->v_cache || !q || !out)
+    if (nq > 0 && (!a->k_cache || !a->v_cache || !q || !out))
         return tern_err(err, TERN_EINVAL, "kern_attention: NULL cache, query or output");
-    const size_t elt = a->kv_type == TYPE_F32 ? sizeof(float) : sizeof(fp16_t);
-    uint64_t npos, bytes, rows;
-    if (tern_add_overflow_u64((uint64_t)pos0, (uint64_t)nq, &npos) ||
-        tern_mul_overflow_u64(npos, (uint64_t)a->n_kv_heads * (uint64_t)a->head_dim * elt, &bytes) ||
-        bytes > SIZE_MAX || tern_mul_overflow_u64((uint64_t)nq, (uint64_t)a->n_heads * (uint64_t)a->head_dim, &rows) ||
+    *elt = a->kv_type == TYPE_F32 ? sizeof(float) : sizeof(fp16_t);
+    uint64_t rows;
+    if (tern_mul_overflow_u64((uint64_t)nq, (uint64_t)a->n_heads * (uint64_t)a->head_dim, &rows) ||
         rows > (uint64_t)INT64_MAX)
-        return tern_err(err, TERN_EINVAL, "kern_attention: a cache of %lld + %lld positions overflows", (long long)pos0,
-                        (long long)nq);
+        return tern_err(err, TERN_EINVAL, "kern_attention: %lld queries overflow", (long long)nq);
+    return 0;
+}
 
+static const attn_vt_t *attn_vt(int kv_type) {
     const kern_isa_t isa = kern_isa_active();
-    const attn_vt_t *vt = &attn_vt_scalar[a->kv_type == TYPE_F16];
+    const attn_vt_t *vt = &attn_vt_scalar[kv_type == TYPE_F16];
 #if defined(__x86_64__) || defined(__i386__)
-    if (isa == ISA_AVX2 || isa == ISA_AVX512) vt = &attn_vt_avx2[a->kv_type == TYPE_F16];
+    if (isa == ISA_AVX2 || isa == ISA_AVX512) vt = &attn_vt_avx2[kv_type == TYPE_F16];
 #else
     (void)isa;
 #endif
-    attn_job_t j = {a, vt, pos0, q, out, elt, (size_t)a->n_kv_heads * (size_t)a->head_dim * elt};
-    /* cost: the K and V bytes one work item reads at most (the gate only
-     * needs a magnitude: computed in double, clamped so the pool's total of
-     * rows * cost cannot overflow). */
+    return vt;
+}
+
+/* The pool run: n_items (query, KV head) pairs; cost is the K and V bytes
+ * one item reads at most for keys 0..max_pos (the gate only needs a
+ * magnitude: computed in double, clamped so the pool's total of rows * cost
+ * cannot overflow). */
+static int attn_run(tern_pool_t *pool, attn_job_t *j, int64_t nq, int64_t max_pos, tern_error_t *err) {
+    const kern_attn_t *a = j->a;
     const int64_t n_items = nq * a->n_kv_heads;
-    double cost_d = (double)(a->n_heads / a->n_kv_heads) * 2.0 * (double)npos * (double)a->head_dim * (double)elt;
+    double cost_d = (double)(a->n_heads / a->n_kv_heads) * 2.0 * (double)(max_pos + 1) * (double)a->head_dim *
+                    (double)j->elt;
     double cost_max = (double)(INT64_MAX / n_items) * 0.5;
     int64_t cost = cost_d < cost_max ? (int64_t)cost_d : (int64_t)cost_max;
-    tern_range_t r = {attn_rows, &j, n_items, 1, cost};
+    tern_range_t r = {attn_rows, j, n_items, 1, cost};
     return tern_pool_run(pool, &r, 1, err);
+}
+
+int kern_attention(tern_pool_t *pool, const kern_attn_t *a, int64_t pos0, int64_t nq, const float *q,
+                   float *out, tern_error_t *err) {
+    size_t elt;
+    int rc = attn_check(a, nq, q, out, &elt, err);
+    if (rc) return rc;
+    if (pos0 < 0) return tern_err(err, TERN_EINVAL, "kern_attention: bad block pos0 %lld", (long long)pos0);
+    if (nq == 0) return 0;
+    uint64_t npos, bytes;
+    if (tern_add_overflow_u64((uint64_t)pos0, (uint64_t)nq, &npos) ||
+        tern_mul_overflow_u64(npos, (uint64_t)a->n_kv_heads * (uint64_t)a->head_dim * elt, &bytes) ||
+        bytes > SIZE_MAX)
+        return tern_err(err, TERN_EINVAL, "kern_attention: a cache of %lld + %lld positions overflows", (long long)pos0,
+                        (long long)nq);
+    attn_job_t j = {a, attn_vt(a->kv_type), pos0, NULL, q, out, elt, (size_t)a->n_kv_heads * (size_t)a->head_dim * elt,
+                    INT64_MAX};
+    return attn_run(pool, &j, nq, pos0 + nq - 1, err);
+}
+
+int kern_attention_batch(tern_pool_t *pool, const kern_attn_t *a, int64_t nq, const kern_attn_query_t *qs,
+                         const float *q, float *out, tern_error_t *err) {
+    size_t elt;
+    int rc = attn_check(a, nq, q, out, &elt, err);
+    if (rc) return rc;
+    if (nq == 0) return 0;
+    if (!qs) return tern_err(err, TERN_EINVAL, "kern_attention_batch: NULL queries");
+    const size_t pos_stride = (size_t)a->n_kv_heads * (size_t)a->head_dim * elt;
+    uint64_t bb;
+    if (a->block_pos < 1 || tern_mul_overflow_u64((uint64_t)a->block_pos, pos_stride, &bb) || bb > a->block_bytes)
+        return tern_err(err, TERN_EINVAL, "kern_attention_batch: blocks of %lld positions do not fit %zu bytes",
+                        (long long)a->block_pos, a->block_bytes);
+    int64_t max_pos = 0;
+    for (int64_t i = 0; i < nq; i++) {
+        if (qs[i].pos < 0 || !qs[i].blocks)
+            return tern_err(err, TERN_EINVAL, "kern_attention_batch: query %lld has position %lld or no blocks",
+                            (long long)i, (long long)qs[i].pos);
+        if (qs[i].pos > max_pos) max_pos = qs[i].pos;
+    }
+    attn_job_t j = {a, attn_vt(a->kv_type), 0, qs, q, out, elt, pos_stride, a->block_pos};
+    return attn_run(pool, &j, nq, max_pos, err);
 }

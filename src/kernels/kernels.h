@@ -200,17 +200,35 @@ int kern_gemm_multi(tern_pool_t *pool, int nm, const kern_mat_t *const *w, int64
  * head) stays on one thread. scale is usually 1/sqrt(head_dim). Softmax is
  * computed in float with max subtraction over fixed tiles of keys (online
  * rescaling between tiles), so no scratch is needed and a query's result
- * does not depend on nq, pos0 splitting or the thread count (only on the
- * ISA). head_dim <= KERN_ATTN_MAX_HEAD_DIM. Returns 0 or TERN_EINVAL. */
+ * does not depend on nq, pos0 splitting, the thread count or the paging of
+ * the cache (only on the ISA). head_dim <= KERN_ATTN_MAX_HEAD_DIM. Returns 0
+ * or TERN_EINVAL.
+ *
+ * Paging (kern_attention_batch): the cache is blocks of block_pos positions,
+ * block b at k_cache + b * block_bytes (v_cache likewise); a query's
+ * sequence maps its position p to block blocks[p / block_pos], row
+ * p % block_pos. kern_attention reads one contiguous cache (block_pos and
+ * block_bytes are ignored there). */
 #define KERN_ATTN_MAX_HEAD_DIM 1024
 typedef struct {
     int n_heads, n_kv_heads, head_dim;
     int kv_type;
     const void *k_cache, *v_cache;
     float scale;
+    int64_t block_pos;  /* kern_attention_batch: positions per block (>= 1) */
+    size_t block_bytes; /* kern_attention_batch: bytes between blocks */
 } kern_attn_t;
 int kern_attention(tern_pool_t *pool, const kern_attn_t *a, int64_t pos0, int64_t nq, const float *q,
                    float *out, tern_error_t *err);
+/* One query of a batch: it sees keys 0..pos of the sequence whose block
+ * table is blocks (which must cover position pos). */
+typedef struct {
+    int64_t pos;
+    const int32_t *blocks;
+} kern_attn_query_t;
+/* nq queries, each over its own sequence (qs[i]), q and out as above. */
+int kern_attention_batch(tern_pool_t *pool, const kern_attn_t *a, int64_t nq, const kern_attn_query_t *qs,
+                         const float *q, float *out, tern_error_t *err);
 
 /* Frees the calling thread's kernel workspace (it is also freed when the
  * thread exits); the next driver call grows it again. */

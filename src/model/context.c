@@ -1,8 +1,8 @@
 /*
- * context.c - model contexts (see model.h): the memory of one sequence (its
- * KV cache, the activations of a block, the logits) and its worker pool;
- * the KV state operations (truncate, prefix copy, save and restore) on top
- * of kv_cache.c.
+ * context.c - model contexts (see model.h): the KV memory of its sequences,
+ * the activations of a block, the logits, and its worker pool; the
+ * sequence-0 state operations (truncate, prefix copy, save and restore) on
+ * top of kv_cache.c.
  */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -52,6 +52,12 @@ static void ctx_free_buffers(model_ctx_t *c) {
     tern_free(c->hb);
     tern_free(c->hb2);
     tern_free(c->logits);
+    free(c->ids);
+    free(c->aq);
+    free(c->bt);
+    free(c->slot);
+    free(c->seq_n);
+    free(c->out);
 }
 
 static float *alloc_f(int64_t a, int64_t b) {
@@ -112,8 +118,9 @@ model_ctx_t *model_ctx_new(const model_t *m, const model_ctx_params_t *p, char *
     if (c->n_batch > c->n_ctx) c->n_batch = c->n_ctx;
 
     kv_layout_t lo;
-    if (kv_layout_init(&lo, kv_type, hp->n_layer, c->n_ctx, hp->n_head_kv, hp->head_dim, err)) goto fail;
-    c->kv = kv_cache_new(&lo, err);
+    if (kv_layout_init(&lo, kv_type, hp->n_layer, c->n_ctx, hp->n_head_kv, hp->head_dim, p->kv_block, err)) goto fail;
+    c->n_ctx = lo.n_ctx; /* rounded up to whole blocks */
+    c->kv = kv_cache_new(&lo, p->n_seq > 0 ? p->n_seq : 1, err);
     if (!c->kv) goto fail;
     const int64_t B = c->n_batch, D = hp->n_embd, QD = hp->n_head * hp->head_dim;
     c->x = alloc_f(B, D);
@@ -126,7 +133,10 @@ model_ctx_t *model_ctx_new(const model_t *m, const model_ctx_params_t *p, char *
     c->hb = alloc_f(B, hp->n_ff);
     c->hb2 = alloc_f(B, hp->n_ff);
     c->logits = alloc_f(1, hp->n_vocab);
-    if (!c->x || !c->xb || !c->xb2 || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->logits) {
+    c->ids = malloc((size_t)B * sizeof *c->ids);
+    c->aq = malloc((size_t)B * sizeof *c->aq);
+    if (!c->x || !c->xb || !c->xb2 || !c->q || !c->k || !c->v || !c->att || !c->hb || !c->hb2 || !c->logits ||
+        !c->ids || !c->aq) {
         tern_err(err, TERN_ENOMEM, "model: out of memory for the activations of a block of %lld positions",
                  (long long)c->n_batch);
         goto fail;
@@ -159,7 +169,7 @@ void model_ctx_free(model_ctx_t *c) {
 }
 
 int64_t model_ctx_n_ctx(const model_ctx_t *c) { return c->n_ctx; }
-int64_t model_ctx_pos(const model_ctx_t *c) { return kv_cache_n_pos(c->kv); }
+int64_t model_ctx_pos(const model_ctx_t *c) { return kv_seq_n_pos(c->kv, 0); }
 int64_t model_ctx_n_batch(const model_ctx_t *c) { return c->n_batch; }
 int model_ctx_threads(const model_ctx_t *c) { return tern_pool_threads(c->pool); }
 tern_pool_t *model_ctx_pool(model_ctx_t *c) { return c->pool; }
@@ -176,24 +186,25 @@ int model_ctx_truncate(model_ctx_t *c, int64_t pos, tern_error_t *err) {
     if (pos < 0 || pos > model_ctx_pos(c))
         return tern_err(err, TERN_EINVAL, "model: cannot truncate to position %lld (context holds %lld)", (long long)pos,
                         (long long)model_ctx_pos(c));
-    return kv_cache_truncate(c->kv, pos, err);
+    return kv_seq_truncate(c->kv, 0, pos, err);
 }
 
 int model_ctx_copy_prefix(model_ctx_t *dst, const model_ctx_t *src, int64_t n, tern_error_t *err) {
     if (!dst || !src) return tern_err(err, TERN_EINVAL, "model_ctx_copy_prefix: NULL context");
     if (dst->m != src->m)
         return tern_err(err, TERN_EINVAL, "model: cannot copy positions between contexts of different models");
-    return kv_cache_copy_prefix(dst->kv, src->kv, n, err);
+    if (dst == src) return kv_seq_truncate(dst->kv, 0, n, err);
+    return kv_seq_copy(dst->kv, 0, src->kv, 0, n, err);
 }
 
 int model_ctx_kv_save(const model_ctx_t *c, kv_write_fn write, void *user, tern_error_t *err) {
     if (!c) return tern_err(err, TERN_EINVAL, "model_ctx_kv_save: NULL context");
-    return kv_cache_write(c->kv, kv_cache_n_pos(c->kv), write, user, err);
+    return kv_seq_write(c->kv, 0, kv_seq_n_pos(c->kv, 0), write, user, err);
 }
 
 int model_ctx_kv_load(model_ctx_t *c, kv_read_fn read, void *user, tern_error_t *err) {
     if (!c) return tern_err(err, TERN_EINVAL, "model_ctx_kv_load: NULL context");
-    return kv_cache_read(c->kv, read, user, err);
+    return kv_seq_read(c->kv, 0, read, user, err);
 }
 
 int model_ctx_set_threads(model_ctx_t *c, int n_threads, tern_error_t *err) {

@@ -16,6 +16,7 @@
  * "small".
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/common.h"
@@ -90,21 +91,23 @@ static int matmul3(model_ctx_t *c, uint64_t *prof, const float *x, int64_t n, co
     return matmul(c, prof, x, n, 3, ws, ys, err);
 }
 
-/* att (n, QD) = softmax(q K^T / sqrt(HD)) V over layer l's cache, query i
- * seeing positions 0 .. pos0+i: one dispatch, heads partitioned, a GQA
- * group on one thread. */
-static int attention(model_ctx_t *c, int64_t l, int64_t pos0, int64_t n, const float *q, float *att,
-                     tern_error_t *err) {
+/* att (n, QD) = softmax(q K^T / sqrt(HD)) V over layer l's memory, query i
+ * seeing positions 0 .. pos_i of its own sequence (c->aq): one dispatch,
+ * (query, KV head) pairs partitioned, a GQA group on one thread. */
+static int attention(model_ctx_t *c, int64_t l, int64_t n, const float *q, float *att, tern_error_t *err) {
     const model_hparams_t *hp = &c->m->hp;
+    const kv_layout_t *lo = kv_cache_layout(c->kv);
     const kern_attn_t a = {(int)hp->n_head,
                            (int)hp->n_head_kv,
                            (int)hp->head_dim,
-                           kv_cache_layout(c->kv)->type,
+                           lo->type,
                            kv_cache_k(c->kv, l),
                            kv_cache_v(c->kv, l),
-                           1.0f / sqrtf((float)hp->head_dim)};
+                           1.0f / sqrtf((float)hp->head_dim),
+                           lo->block_pos,
+                           lo->block_bytes};
     prof_lap(c, &c->prof.small);
-    const int rc = kern_attention(c->pool, &a, pos0, n, q, att, err);
+    const int rc = kern_attention_batch(c->pool, &a, n, c->aq, q, att, err);
     prof_lap(c, &c->prof.attn);
     return rc;
 }
@@ -133,27 +136,47 @@ static void add_rows(float *y, const float *b, int64_t rows, int64_t width) {
     for (int64_t i = 0; i < rows; i++) kern_add(y + i * width, b, width);
 }
 
-/* x (n, n_heads, HD): RoPE of row i at position pos0 + i. */
-static void rope_rows(const kern_rope_t *rope, float *x, int64_t n, int64_t n_heads, int64_t head_dim, int64_t pos0) {
-    for (int64_t i = 0; i < n; i++) kern_rope(rope, x + i * n_heads * head_dim, (int)n_heads, (int)head_dim, pos0 + i);
+/* x (n, n_heads, HD): RoPE of row i at its token's position. */
+static void rope_rows(const kern_rope_t *rope, float *x, const model_tok_t *t, int64_t n, int64_t n_heads,
+                      int64_t head_dim) {
+    for (int64_t i = 0; i < n; i++) kern_rope(rope, x + i * n_heads * head_dim, (int)n_heads, (int)head_dim, t[i].pos);
+}
+
+/* K and V rows (n, KVD) of layer l into the memory, a run of consecutive
+ * positions of one sequence at a time. */
+static void store_kv(model_ctx_t *c, int64_t l, const model_tok_t *t, int64_t n, int64_t KVD) {
+    for (int64_t i = 0; i < n;) {
+        int64_t r = 1;
+        while (i + r < n && t[i + r].seq == t[i].seq && t[i + r].pos == t[i].pos + r) r++;
+        kv_seq_store(c->kv, t[i].seq, l, t[i].pos, r, c->k + i * KVD, c->v + i * KVD);
+        i += r;
+    }
 }
 
 /* ---- the forward pass ---------------------------------------------------------- */
 
-/* n tokens at positions pos0 .. pos0+n-1 (pos0 = the cache's position,
- * n <= n_batch): every layer, then the logits that want asks for. */
-static int forward_block(model_ctx_t *c, const int32_t *ids, int64_t n, logits_mode_t want, float *logits_all,
+/* n tokens (n <= n_batch), sorted by (sequence, position), each sequence's
+ * positions following on what its memory holds (reserved by the caller):
+ * every layer, then the logits of the n_out tokens that want them, in
+ * order, into out (n_out, V). Every step is per row except the matrix
+ * products, whose columns are bit-identical to one-column products, and
+ * attention, which is per query: a token's bits depend on its sequence
+ * alone. */
+static int forward_block(model_ctx_t *c, const model_tok_t *t, int64_t n, int64_t n_out, float *out,
                          tern_error_t *err) {
     const model_t *m = c->m;
     const model_hparams_t *hp = &m->hp;
     const int64_t D = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
-    const int64_t QD = NH * HD, KVD = NKV * HD, F = hp->n_ff, V = hp->n_vocab;
-    const int64_t pos0 = kv_cache_n_pos(c->kv);
+    const int64_t QD = NH * HD, KVD = NKV * HD, F = hp->n_ff;
     const float eps = hp->rms_eps;
     const kern_rope_t rope = {hp->rope_freq_base, hp->rope_freq_scale, m->rope_factors, hp->rope_neox, (int)hp->n_rot};
 
-    /* x (n, D) = token_embd[ids] */
-    TRY(embed(m, ids, n, c->x, err));
+    /* x (n, D) = token_embd[ids]; each query's sequence for attention */
+    for (int64_t i = 0; i < n; i++) {
+        c->ids[i] = t[i].token;
+        c->aq[i] = (kern_attn_query_t){t[i].pos, kv_seq_blocks(c->kv, t[i].seq)};
+    }
+    TRY(embed(m, c->ids, n, c->x, err));
 
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const model_layer_t *L = &m->layers[l];
@@ -177,15 +200,15 @@ static int forward_block(model_ctx_t *c, const int32_t *ids, int64_t n, logits_m
             rmsnorm_rows(c->k, c->k, L->k_norm, n * NKV, HD, eps);
         }
 
-        /* q (n, NH, HD), k (n, NKV, HD) = RoPE(q), RoPE(k): row i at position pos0 + i */
-        rope_rows(&rope, c->q, n, NH, HD, pos0);
-        rope_rows(&rope, c->k, n, NKV, HD, pos0);
+        /* q (n, NH, HD), k (n, NKV, HD) = RoPE(q), RoPE(k): row i at its position */
+        rope_rows(&rope, c->q, t, n, NH, HD);
+        rope_rows(&rope, c->k, t, n, NKV, HD);
 
-        /* K[l], V[l] at positions pos0 .. pos0+n-1 (n, NKV, HD) = k, v */
-        kv_cache_store(c->kv, l, pos0, n, c->k, c->v);
+        /* K[l], V[l] of each token's sequence at its position (n, NKV, HD) = k, v */
+        store_kv(c, l, t, n, KVD);
 
-        /* att (n, QD) = softmax(q K[l]^T / sqrt(HD)) V[l], causal */
-        TRY(attention(c, l, pos0, n, c->q, c->att, err));
+        /* att (n, QD) = softmax(q K[l]^T / sqrt(HD)) V[l], causal, each over its sequence */
+        TRY(attention(c, l, n, c->q, c->att, err));
 
         /* x (n, D) += att Wo^T */
         TRY(matmul1(c, &c->prof.wo, c->att, n, &L->wo, c->xb2, err));
@@ -207,39 +230,171 @@ static int forward_block(model_ctx_t *c, const int32_t *ids, int64_t n, logits_m
     }
 
     /* ---- output ---- */
-    if (want == LOGITS_LAST) {
-        /* logits (V) = rmsnorm(x[n-1]) * out_norm Wout^T */
-        rmsnorm_rows(c->xb, c->x + (n - 1) * D, m->out_norm, 1, D, eps);
-        TRY(matmul1(c, &c->prof.output, c->xb, 1, &m->output, c->logits, err));
-    } else if (want == LOGITS_ALL) {
-        /* logits_all (n, V) = rmsnorm(x) * out_norm Wout^T; logits (V) = its last row */
-        rmsnorm_rows(c->xb, c->x, m->out_norm, n, D, eps);
-        TRY(matmul1(c, &c->prof.output, c->xb, n, &m->output, logits_all, err));
-        memcpy(c->logits, logits_all + (n - 1) * V, (size_t)V * sizeof(float));
+    if (n_out > 0) {
+        /* xb (n_out, D) = rmsnorm(x) * out_norm of the rows that want logits;
+         * out (n_out, V) = xb Wout^T */
+        int64_t j = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (t[i].logits) rmsnorm_rows(c->xb + j++ * D, c->x + i * D, m->out_norm, 1, D, eps);
+        TERN_CHECK(j == n_out);
+        TRY(matmul1(c, &c->prof.output, c->xb, n_out, &m->output, out, err));
     }
-
-    /* The block's positions count in the cache from here. */
-    TRY(kv_cache_commit(c->kv, n, err));
     c->prof.n_tokens += (uint64_t)n;
     return 0;
+}
+
+/* Sort order of a batch: sequence, then position. */
+static int tok_cmp(const void *pa, const void *pb) {
+    const model_tok_t *a = pa, *b = pb;
+    if (a->seq != b->seq) return a->seq < b->seq ? -1 : 1;
+    return a->pos < b->pos ? -1 : a->pos > b->pos;
+}
+
+/* Grow a buffer to hold n elements of size sz. */
+static int grow(void **p, int64_t *cap, int64_t n, size_t sz) {
+    if (n <= *cap) return 0;
+    int64_t nc = *cap ? *cap : 16;
+    while (nc < n) nc *= 2;
+    if ((uint64_t)nc > SIZE_MAX / sz) return -1;
+    void *q = realloc(*p, (size_t)nc * sz);
+    if (!q) return -1;
+    *p = q;
+    *cap = nc;
+    return 0;
+}
+
+int model_decode(model_ctx_t *c, const model_tok_t *toks, int64_t n, tern_error_t *err) {
+    if (!c || (!toks && n > 0) || n < 0) return tern_err(err, TERN_EINVAL, "model_decode: bad arguments");
+    c->n_out = 0;
+    if (n == 0) return 0;
+    const int64_t V = c->m->hp.n_vocab;
+    const int n_seq = kv_cache_n_seq(c->kv);
+    if (grow((void **)&c->bt, &c->bt_cap, n, sizeof *c->bt) ||
+        grow((void **)&c->slot, &c->slot_cap, n, sizeof *c->slot) ||
+        grow((void **)&c->seq_n, &c->seq_n_cap, n_seq, sizeof *c->seq_n))
+        return tern_err(err, TERN_ENOMEM, "model: out of memory for a batch of %lld tokens", (long long)n);
+    memset(c->seq_n, 0, (size_t)n_seq * sizeof *c->seq_n);
+
+    /* Check every entry and resolve appends (in entry order per sequence). */
+    int64_t n_out = 0;
+    for (int64_t i = 0; i < n; i++) {
+        model_tok_t e = toks[i];
+        if (e.seq < 0 || e.seq >= n_seq)
+            return tern_err(err, TERN_EINVAL, "model: entry %lld: sequence %d is not in 0..%d", (long long)i, e.seq,
+                            n_seq - 1);
+        if (e.token < 0 || e.token >= V)
+            return tern_err(err, TERN_EINVAL, "model: token id %d at index %lld is out of range [0, %lld)", e.token,
+                            (long long)i, (long long)V);
+        const int64_t held = kv_seq_n_pos(c->kv, e.seq);
+        if (e.pos == MODEL_POS_APPEND) e.pos = held + c->seq_n[e.seq];
+        if (e.pos < held)
+            return tern_err(err, TERN_EINVAL,
+                            "model: entry %lld: position %lld of sequence %d is already evaluated (it holds %lld; "
+                            "truncate it first)",
+                            (long long)i, (long long)e.pos, e.seq, (long long)held);
+        c->seq_n[e.seq]++;
+        n_out += e.logits;
+        c->bt[i] = e;
+    }
+    /* Sort by (sequence, position), each token with its entry index (ties
+     * are duplicate positions: an error below, so stability does not matter). */
+    {
+        typedef struct {
+            model_tok_t t; /* first: tok_cmp reads it */
+            int64_t idx;
+        } ent_t;
+        ent_t *tmp = malloc((size_t)n * sizeof *tmp);
+        if (!tmp) return tern_err(err, TERN_ENOMEM, "model: out of memory for a batch of %lld tokens", (long long)n);
+        for (int64_t i = 0; i < n; i++) tmp[i] = (ent_t){c->bt[i], i};
+        qsort(tmp, (size_t)n, sizeof *tmp, tok_cmp);
+        int64_t slot = 0;
+        for (int64_t i = 0; i < n; i++) {
+            c->bt[i] = tmp[i].t;
+            c->slot[tmp[i].idx] = c->bt[i].logits ? slot++ : -1;
+        }
+        free(tmp);
+    }
+    /* Each sequence's positions must be exactly the next ones: held, held+1 ... */
+    for (int64_t i = 0; i < n; i++) {
+        const model_tok_t *e = &c->bt[i];
+        const int64_t want = i > 0 && c->bt[i - 1].seq == e->seq ? c->bt[i - 1].pos + 1 : kv_seq_n_pos(c->kv, e->seq);
+        if (e->pos != want)
+            return tern_err(err, TERN_EINVAL,
+                            "model: sequence %d: the batch gives position %lld where %lld comes next (positions must "
+                            "follow on without gaps or repeats)",
+                            e->seq, (long long)e->pos, (long long)want);
+    }
+    if (grow((void **)&c->out, &c->out_cap, n_out * V, sizeof *c->out))
+        return tern_err(err, TERN_ENOMEM, "model: out of memory for the logits of %lld tokens", (long long)n_out);
+
+    /* Reserve every sequence's blocks, all or nothing. */
+    int rc = 0;
+    int64_t i_fail = n;
+    for (int64_t i = 0; i < n && rc == 0; i++)
+        if (i == 0 || c->bt[i].seq != c->bt[i - 1].seq) {
+            rc = kv_seq_reserve(c->kv, c->bt[i].seq, c->seq_n[c->bt[i].seq], err);
+            if (rc) i_fail = i;
+        }
+    if (rc) {
+        for (int64_t i = 0; i < i_fail; i++)
+            if (i == 0 || c->bt[i].seq != c->bt[i - 1].seq)
+                (void)kv_seq_truncate(c->kv, c->bt[i].seq, kv_seq_n_pos(c->kv, c->bt[i].seq), NULL);
+        return rc;
+    }
+
+    /* Blocks of n_batch tokens; each block's positions count before the next. */
+    prof_start(c);
+    int64_t o = 0;
+    for (int64_t off = 0; off < n && rc == 0; off += c->n_batch) {
+        const int64_t nb = n - off < c->n_batch ? n - off : c->n_batch;
+        const model_tok_t *t = c->bt + off;
+        int64_t bo = 0;
+        for (int64_t i = 0; i < nb; i++) bo += t[i].logits;
+        rc = forward_block(c, t, nb, bo, c->out + o * V, err);
+        if (rc) break;
+        for (int64_t i = 0; i < nb;) {
+            int64_t r = 1;
+            while (i + r < nb && t[i + r].seq == t[i].seq) r++;
+            int32_t ids[64];
+            for (int64_t k = 0; k < r; k += 64) {
+                const int64_t m = r - k < 64 ? r - k : 64;
+                for (int64_t q = 0; q < m; q++) ids[q] = t[i + k + q].token;
+                kv_seq_put_ids(c->kv, t[i].seq, t[i].pos + k, m, ids);
+            }
+            TERN_CHECK(kv_seq_commit(c->kv, t[i].seq, r, NULL) == 0);
+            i += r;
+        }
+        o += bo;
+    }
+    if (rc) {
+        /* Give back what was reserved and not committed. */
+        for (int64_t i = 0; i < n; i++)
+            if (i == 0 || c->bt[i].seq != c->bt[i - 1].seq)
+                (void)kv_seq_truncate(c->kv, c->bt[i].seq, kv_seq_n_pos(c->kv, c->bt[i].seq), NULL);
+        return rc;
+    }
+    c->n_out = n_out;
+    c->n_entries = n;
+    return 0;
+}
+
+const float *model_ctx_out(const model_ctx_t *c, int64_t i) {
+    if (i < 0 || i >= c->n_entries || c->n_out == 0 || c->slot[i] < 0) return NULL;
+    return c->out + c->slot[i] * c->m->hp.n_vocab;
 }
 
 int model_eval(model_ctx_t *c, const int32_t *ids, int64_t n, float *logits_all, tern_error_t *err) {
     if (!c || (!ids && n > 0) || n < 0) return tern_err(err, TERN_EINVAL, "model_eval: bad arguments");
     if (n == 0) return 0;
-    const int64_t V = c->m->hp.n_vocab, pos = model_ctx_pos(c);
+    const int64_t V = c->m->hp.n_vocab;
+    model_tok_t *t = malloc((size_t)n * sizeof *t);
+    if (!t) return tern_err(err, TERN_ENOMEM, "model: out of memory for %lld tokens", (long long)n);
     for (int64_t i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= V)
-            return tern_err(err, TERN_EINVAL, "model: token id %d at index %lld is out of range [0, %lld)", ids[i],
-                            (long long)i, (long long)V);
-    if (n > c->n_ctx - pos)
-        return tern_err(err, TERN_ECTXFULL, "model: context full: %lld positions + %lld new > context size %lld",
-                        (long long)pos, (long long)n, (long long)c->n_ctx);
-    prof_start(c);
-    for (int64_t off = 0; off < n; off += c->n_batch) {
-        const int64_t nb = n - off < c->n_batch ? n - off : c->n_batch;
-        const logits_mode_t want = logits_all ? LOGITS_ALL : off + nb == n ? LOGITS_LAST : LOGITS_NONE;
-        TRY(forward_block(c, ids + off, nb, want, logits_all ? logits_all + off * V : NULL, err));
-    }
+        t[i] = (model_tok_t){0, ids[i], MODEL_POS_APPEND, logits_all != NULL || i == n - 1};
+    int rc = model_decode(c, t, n, err);
+    free(t);
+    if (rc) return rc;
+    if (logits_all) memcpy(logits_all, c->out, (size_t)n * (size_t)V * sizeof(float));
+    memcpy(c->logits, c->out + (c->n_out - 1) * V, (size_t)V * sizeof(float));
     return 0;
 }

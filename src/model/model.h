@@ -98,6 +98,8 @@ typedef struct {
     int64_t n_ctx;     /* <= 0: the model's context_length, capped by memory */
     int64_t n_batch;   /* positions per forward block in prefill; <= 0: 512 */
     bool kv_f32;       /* F32 KV cache instead of F16 */
+    int n_seq;         /* sequences the KV memory serves (ids 0 .. n_seq-1); <= 0: 1 */
+    int64_t kv_block;  /* positions per KV block; <= 0: KV_BLOCK_POS_DEFAULT */
     bool profile;      /* accumulate per-op times (model_prof_t) */
     tern_pool_t *pool; /* borrowed pool (then n_threads is ignored), or NULL */
 } model_ctx_params_t;
@@ -117,19 +119,19 @@ model_ctx_t *model_ctx_new(const model_t *m, const model_ctx_params_t *p, char *
 void model_ctx_free(model_ctx_t *c);
 
 int64_t model_ctx_n_ctx(const model_ctx_t *c);
-int64_t model_ctx_pos(const model_ctx_t *c); /* positions already in the KV cache */
+int64_t model_ctx_pos(const model_ctx_t *c); /* positions sequence 0 holds in the KV memory */
 int64_t model_ctx_n_batch(const model_ctx_t *c);
 int model_ctx_threads(const model_ctx_t *c);
 tern_pool_t *model_ctx_pool(model_ctx_t *c);
-/* Forget positions >= pos (pos <= current). */
+/* Forget positions >= pos of sequence 0 (pos <= current). */
 int model_ctx_truncate(model_ctx_t *c, int64_t pos, tern_error_t *err);
 const model_prof_t *model_ctx_prof(const model_ctx_t *c);
 void model_ctx_prof_reset(model_ctx_t *c);
 /* Replace the pool by one of n_threads (only for an owned pool). */
 int model_ctx_set_threads(model_ctx_t *c, int n_threads, tern_error_t *err);
 
-/* Run the forward pass (forward.c) over n tokens at positions pos..pos+n-1
- * (pos = the current position), appending them to the KV cache. Blocks of
+/* Run the forward pass (forward.c) over n tokens of sequence 0 at positions
+ * pos..pos+n-1 (pos = its current position), appending them to the KV cache. Blocks of
  * n_batch positions go through GEMM. logits_all (may be NULL): n x n_vocab
  * floats, the logits of every position. The logits of the last position are
  * always available afterwards from model_ctx_logits. Errors: TERN_EINVAL
@@ -138,10 +140,34 @@ int model_ctx_set_threads(model_ctx_t *c, int n_threads, tern_error_t *err);
 int model_eval(model_ctx_t *c, const int32_t *ids, int64_t n, float *logits_all, tern_error_t *err);
 const float *model_ctx_logits(const model_ctx_t *c); /* n_vocab floats */
 
+/* A batch entry: token of sequence seq at position pos (MODEL_POS_APPEND:
+ * the next one of its sequence, counting the batch's earlier entries of
+ * it), and whether its logits are wanted. */
+#define MODEL_POS_APPEND (-1)
+typedef struct {
+    int32_t seq;
+    int32_t token;
+    int64_t pos;
+    bool logits;
+} model_tok_t;
+/* One forward pass over n entries of any sequences (in any order; each
+ * sequence's positions must continue where its memory ends, without gaps or
+ * repeats), in blocks of n_batch tokens through GEMM. A token's logits
+ * depend only on its sequence's tokens up to it: not on the other entries,
+ * their number or order, nor the thread count. Errors leave every sequence
+ * as it was: TERN_EINVAL (a bad entry), TERN_ECTXFULL (a sequence would pass
+ * n_ctx), TERN_EKVFULL (not enough free KV blocks), or a kernel failure. */
+int model_decode(model_ctx_t *c, const model_tok_t *toks, int64_t n, tern_error_t *err);
+/* The logits (n_vocab) of entry i of the last model_decode (or model_eval),
+ * NULL when it did not ask for them; valid until the next call. */
+const float *model_ctx_out(const model_ctx_t *c, int64_t i);
+
 const char *model_arch_name(model_arch_t a);
 
 /* ---- KV state ------------------------------------------------------------
- * A context's state between calls is its KV cache: model_ctx_pos positions.
+ * A context's state between calls is its KV memory: the positions of each
+ * sequence (kv_cache.h for the operations on one). The functions below work
+ * on sequence 0, the one model_eval appends to.
  * The logits (model_ctx_logits) are not part of it: after a prefix copy or a
  * restore, evaluate at least one token before reading them. */
 

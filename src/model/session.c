@@ -417,18 +417,22 @@ static int check_ctx(const session_t *s, const kv_cache_t *kv, tern_error_t *err
     return 0;
 }
 
-int session_restore(session_t *s, model_ctx_t *c, int64_t n_pos, tern_error_t *err) {
-    return session_restore_kv(s, model_ctx_kv(c), n_pos, err);
+int session_restore(session_t *s, model_ctx_t *c, int seq, int64_t n_pos, tern_error_t *err) {
+    return session_restore_kv(s, model_ctx_kv(c), seq, n_pos, err);
 }
 
-int session_restore_kv(session_t *s, kv_cache_t *kv, int64_t n_pos, tern_error_t *err) {
+int session_restore_kv(session_t *s, kv_cache_t *kv, int seq, int64_t n_pos, tern_error_t *err) {
     int rc = check_ctx(s, kv, err);
     if (rc) return rc;
     if (n_pos < 0 || n_pos > s->n_tokens || n_pos > kv_cache_layout(kv)->n_ctx)
         return tern_err(err, TERN_EINVAL, "session %s: cannot restore %lld positions (the file holds %lld, the "
                         "context has room for %lld)", s->path, (long long)n_pos, (long long)s->n_tokens,
                         (long long)kv_cache_layout(kv)->n_ctx);
-    if ((rc = kv_cache_truncate(kv, 0, err))) return rc;
+    if (seq < 0 || seq >= kv_cache_n_seq(kv))
+        return tern_err(err, TERN_EINVAL, "session %s: no sequence %d in the context", s->path, seq);
+    kv_seq_remove(kv, seq);
+    if ((rc = kv_seq_reserve(kv, seq, n_pos, err))) return rc;
+    if (n_pos > 0) kv_seq_put_ids(kv, seq, 0, n_pos, s->tokens);
     unsigned char *buf = NULL;
     size_t buf_cap = 0;
     for (int64_t i = 0; i < s->n_turns && s->turns[i].p0 < n_pos; i++) {
@@ -456,7 +460,7 @@ int session_restore_kv(session_t *s, kv_cache_t *kv, int64_t n_pos, tern_error_t
                     break;
                 }
                 h = fnv(h, buf, (size_t)blk);
-                kv_cache_store_raw(kv, l, t->p0, m, kvh ? NULL : buf, kvh ? buf : NULL);
+                kv_seq_put_raw(kv, seq, l, t->p0, m, kvh ? NULL : buf, kvh ? buf : NULL);
             }
         }
         if (rc) break;
@@ -468,7 +472,8 @@ int session_restore_kv(session_t *s, kv_cache_t *kv, int64_t n_pos, tern_error_t
         }
     }
     free(buf);
-    if (rc == 0) rc = kv_cache_commit(kv, n_pos, err);
+    if (rc == 0) rc = kv_seq_commit(kv, seq, n_pos, err);
+    if (rc) kv_seq_remove(kv, seq);
     return rc;
 }
 
@@ -485,15 +490,18 @@ int session_truncate(session_t *s, int64_t n_pos, tern_error_t *err) {
     return 0;
 }
 
-int session_append(session_t *s, const model_ctx_t *c, const int32_t *tokens, int64_t n, tern_error_t *err) {
+int session_append(session_t *s, const model_ctx_t *c, int seq, const int32_t *tokens, int64_t n,
+                   tern_error_t *err) {
     const kv_cache_t *kv = model_ctx_kv_const(c);
     int rc = check_ctx(s, kv, err);
     if (rc) return rc;
+    if (seq < 0 || seq >= kv_cache_n_seq(kv))
+        return tern_err(err, TERN_EINVAL, "session %s: no sequence %d in the context", s->path, seq);
     if (n == 0) return 0;
     const int64_t p0 = s->n_tokens;
-    if (n < 0 || n > MAX_TURN_POS || !tokens || kv_cache_n_pos(kv) - p0 < n)
-        return tern_err(err, TERN_EINVAL, "session %s: cannot append %lld positions from %lld (the context holds %lld)",
-                        s->path, (long long)n, (long long)p0, (long long)kv_cache_n_pos(kv));
+    if (n < 0 || n > MAX_TURN_POS || !tokens || kv_seq_n_pos(kv, seq) - p0 < n)
+        return tern_err(err, TERN_EINVAL, "session %s: cannot append %lld positions from %lld (the sequence holds %lld)",
+                        s->path, (long long)n, (long long)p0, (long long)kv_seq_n_pos(kv, seq));
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= s->fp.n_vocab)
             return tern_err(err, TERN_EINVAL, "session %s: token id %d out of range", s->path, tokens[i]);
@@ -513,12 +521,19 @@ int session_append(session_t *s, const model_ctx_t *c, const int32_t *tokens, in
     const uint64_t start = s->end;
     uint64_t off = start, h = FNV_OFF;
     const size_t hl = REC_HEAD + 4 * (size_t)n, blk = (size_t)n * (size_t)s->pos_bytes;
+    /* One layer's K and V rows of the turn, gathered from the sequence's blocks. */
+    unsigned char *rows = malloc(2 * blk);
+    if (!rows) {
+        free(head);
+        return tern_err(err, TERN_ENOMEM, "out of memory");
+    }
     int bad = pwrite_full(s->fd, head, hl, off);
     h = fnv(h, head, hl);
     off += hl;
     free(head);
     for (int64_t l = 0; l < (int64_t)s->fp.n_layer && !bad; l++) {
-        const void *k = kv_cache_k_rows(kv, l, p0, n), *v = kv_cache_v_rows(kv, l, p0, n);
+        unsigned char *k = rows, *v = rows + blk;
+        kv_seq_get_raw(kv, seq, l, p0, n, k, v);
         bad |= pwrite_full(s->fd, k, blk, off);
         h = fnv(h, k, blk);
         off += blk;
@@ -526,6 +541,7 @@ int session_append(session_t *s, const model_ctx_t *c, const int32_t *tokens, in
         h = fnv(h, v, blk);
         off += blk;
     }
+    free(rows);
     /* The body is durable before the trailer that commits it is written. */
     bad = bad || sync_fd(s->fd) != 0;
     unsigned char tl[REC_TAIL];

@@ -53,20 +53,23 @@ const int32_t *session_tokens(const session_t *s); /* their ids; valid until the
 int64_t session_n_turns(const session_t *s);       /* committed records */
 uint64_t session_cut_bytes(const session_t *s);    /* torn bytes cut off at open (0: none) */
 
-/* Load the first n_pos committed positions into c, which is emptied first
- * (n_pos <= session_n_tokens, <= c's n_ctx, c's KV layout matches the
- * fingerprint). Each record read is checked against its checksum again; on
- * any error c is left empty. */
-int session_restore(session_t *s, model_ctx_t *c, int64_t n_pos, tern_error_t *err);
-/* The same into a bare cache (the fuzz target's). */
-int session_restore_kv(session_t *s, kv_cache_t *kv, int64_t n_pos, tern_error_t *err);
+/* Load the first n_pos committed positions (tokens and KV rows) into
+ * sequence seq of c, which is emptied first (n_pos <= session_n_tokens,
+ * <= c's n_ctx, c's KV layout matches the fingerprint; TERN_EKVFULL when the
+ * memory lacks the blocks). Each record read is checked against its
+ * checksum again; on any error the sequence is left empty. */
+int session_restore(session_t *s, model_ctx_t *c, int seq, int64_t n_pos, tern_error_t *err);
+/* The same into a bare memory (the fuzz target's). */
+int session_restore_kv(session_t *s, kv_cache_t *kv, int seq, int64_t n_pos, tern_error_t *err);
 /* Drop the turns that end after n_pos (the file is cut to the last turn
  * boundary <= n_pos and fsynced). session_n_tokens then says where it ends. */
 int session_truncate(session_t *s, int64_t n_pos, tern_error_t *err);
 /* Append one turn: positions [session_n_tokens, session_n_tokens + n) with
- * ids tokens, their K and V rows read from c (which must hold them). The
+ * ids tokens, their K and V rows read from sequence seq of c (which must
+ * hold them). The
  * record is written, then fsynced; it counts only once complete (its
  * checksum, written last, matches). n 0 is a no-op. */
-int session_append(session_t *s, const model_ctx_t *c, const int32_t *tokens, int64_t n, tern_error_t *err);
+int session_append(session_t *s, const model_ctx_t *c, int seq, const int32_t *tokens, int64_t n,
+                   tern_error_t *err);
 
 #endif
