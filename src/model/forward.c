@@ -1,8 +1,9 @@
 /*
- * forward.c - the forward pass (model_eval, see model.h): a block of n
- * positions through every layer, top to bottom as the paper draws it.
+ * forward.c - the forward pass (model_decode, model_eval, see model.h): a
+ * batch of tokens of any sequences through every layer, top to bottom as
+ * the paper draws it, in blocks of n_batch tokens.
  *
- * Shapes in the comments: n positions of the block, row-major by position;
+ * Shapes in the comments: n tokens of the block, row-major by position;
  * D = n_embd, HD = head_dim, NH = n_head, NKV = n_head_kv, QD = NH * HD,
  * KVD = NKV * HD, F = n_ff, V = n_vocab. A matrix W (rows, cols) maps
  * x (n, cols) to x W^T (n, rows).
@@ -22,13 +23,6 @@
 #include "core/common.h"
 #include "format/quant.h"
 #include "model/model_ctx.h"
-
-/* Which logits a block computes. */
-typedef enum {
-    LOGITS_NONE, /* none: a prefill block before the last one */
-    LOGITS_LAST, /* the last position's, into c->logits */
-    LOGITS_ALL   /* every position's, into logits_all; the last also into c->logits */
-} logits_mode_t;
 
 /* Return the error of a failing step. */
 #define TRY(call)                \
