@@ -22,7 +22,8 @@
  *  - bad entries (sequence, token, position gap, repeat, already
  *    evaluated, negative position) and bad sequence operations: TERN_EINVAL
  *    with nothing changed;
- *  - tern_batch_logits: NULL for entries that did not ask and out of range.
+ *  - tern_batch_logits: NULL for entries that did not ask and out of range;
+ *  - tern_eval (sequence 0) and tern_decode on the same memory.
  * TERN_TEST_QUICK (sanitizer builds): fewer models, rounds and threads.
  */
 // ctest-label: concurrent
@@ -264,7 +265,7 @@ static int blocks_for(int n_pos, int block_pos) { return (n_pos + block_pos - 1)
  * a random subset of them per round. */
 static void invariance(const char *what, const tern_model_t *m, int kv_f32, uint64_t seed) {
     const int quick = tu_quick();
-    const int len = quick ? 24 : 40, rounds = quick ? 5 : 12;
+    const int len = quick ? 24 : 40, rounds = quick ? 5 : 16;
     const int32_t V = tern_model_n_vocab(m);
     uint64_t rng = seed;
     static int32_t stream[MAX_SEQ][64];
@@ -688,6 +689,64 @@ static void test_kv_full(void **state) {
     tern_model_free(m);
 }
 
+/* ---- tern_eval (sequence 0) and tern_decode on one memory ------------------------ */
+
+/* tern_eval of n tokens on sequence 0, every position's logits compared with
+ * a fresh evaluation. */
+static void sim_eval(sim_t *s, int n, const int32_t *toks) {
+    const size_t V = (size_t)s->V;
+    float *all = malloc((size_t)n * V * sizeof(float));
+    assert_non_null(all);
+    tern_error_t err = {0};
+    const int rc = tern_eval(s->c, toks, n, all, &err);
+    if (rc) print_message("tern_eval: %s\n", err.msg);
+    assert_int_equal(rc, 0);
+    assert_true(s->n[0] + n <= HIST_MAX);
+    memcpy(s->hist[0] + s->n[0], toks, (size_t)n * sizeof(int32_t));
+    s->n[0] += n;
+    float *ref = ref_logits(s->m, s->hist[0], s->n[0], s->kv_f32, 0);
+    assert_memory_equal(all, ref + (size_t)(s->n[0] - n) * V, (size_t)n * V * sizeof(float));
+    assert_memory_equal(tern_get_logits(s->c), ref + (size_t)(s->n[0] - 1) * V, V * sizeof(float));
+    assert_int_equal(tern_context_pos(s->c), s->n[0]);
+    assert_int_equal(tern_seq_pos(s->c, 0), s->n[0]);
+    free(ref);
+    free(all);
+}
+
+static void test_eval_and_decode(void **state) {
+    (void)state;
+    tern_model_t *m = load(tu_tiny_model("batch", "tiny-qwen3", "q8_0", 7));
+    /* n_batch 4: tern_eval goes block by block. */
+    tern_context_t *c = mkctx(m, 2, 128, 4, 3, 8, 0);
+    sim_t s;
+    sim_init(&s, m, c, 0xe7a1);
+    int32_t T[64];
+    random_tokens(&s.rng, s.V, T, 64);
+    sim_eval(&s, 10, T);
+    sim_decode2(&s, 0, 3, T + 10, 1, 5, T + 13);
+    sim_eval(&s, 6, T + 18);
+    assert_int_equal(tern_seq_pos(c, 1), 5);
+    /* tern_context_truncate is sequence 0's, the others stay. */
+    assert_int_equal(tern_context_truncate(c, 7, NULL), 0);
+    s.n[0] = 7;
+    assert_int_equal(tern_seq_pos(c, 0), 7);
+    assert_int_equal(tern_seq_pos(c, 1), 5);
+    sim_decode1(&s, 0, 2, T + 24);
+    /* A fork of sequence 0 inside a block; tern_eval then writes into the
+     * shared block (copy on write) while the fork continues by tern_decode. */
+    sim_fork(&s, 2, 0, 9);
+    sim_eval(&s, 5, T + 26);
+    sim_decode2(&s, 2, 4, T + 31, 1, 1, T + 35);
+    sim_eval(&s, 1, T + 36);
+    /* Sequence 0 removed: tern_eval starts it over. */
+    sim_remove(&s, 0);
+    assert_int_equal(tern_context_pos(c), 0);
+    sim_eval(&s, 9, T + 40);
+    sim_decode1(&s, 2, 3, T + 49);
+    tern_context_free(c);
+    tern_model_free(m);
+}
+
 /* ---- 4. bad entries, bad sequence operations; 5. which logits ------------------ */
 
 static void test_bad_entries(void **state) {
@@ -832,6 +891,7 @@ int main(void) {
         cmocka_unit_test(test_bad_entries),
         cmocka_unit_test(test_kv_full),
         cmocka_unit_test(test_fork),
+        cmocka_unit_test(test_eval_and_decode),
         cmocka_unit_test(test_invariance_tiny),
         cmocka_unit_test(test_invariance_stories),
     };
