@@ -399,7 +399,7 @@ static void invariance(const char *what, const tern_model_t *m, int kv_f32, uint
     /* The run exercised what it claims. */
     assert_true(compared > 0 && nulls > 0 && appends > 0 && explicit_pos > 0 && singles > 0 && chunks > 0);
     assert_int_equal(max_seqs, MAX_SEQ);
-    print_message("%s: %lld logit vectors identical to the sequences alone (%lld entries, %d threads counts)\n", what,
+    print_message("%s: %lld logit vectors identical to the sequences alone (%lld entries, %d thread counts)\n", what,
                   (long long)compared, (long long)entries, n_threads);
     for (int q = 0; q < MAX_SEQ; q++) free(ref[q]);
 }
