@@ -321,20 +321,11 @@ int model_decode(model_ctx_t *c, const model_tok_t *toks, int64_t n, tern_error_
     if (grow((void **)&c->out, &c->out_cap, n_out * V, sizeof *c->out))
         return tern_err(err, TERN_ENOMEM, "model: out of memory for the logits of %lld tokens", (long long)n_out);
 
-    /* Reserve every sequence's blocks, all or nothing. */
-    int rc = 0;
-    int64_t i_fail = n;
-    for (int64_t i = 0; i < n && rc == 0; i++)
-        if (i == 0 || c->bt[i].seq != c->bt[i - 1].seq) {
-            rc = kv_seq_reserve(c->kv, c->bt[i].seq, c->seq_n[c->bt[i].seq], err);
-            if (rc) i_fail = i;
-        }
-    if (rc) {
-        for (int64_t i = 0; i < i_fail; i++)
-            if (i == 0 || c->bt[i].seq != c->bt[i - 1].seq)
-                (void)kv_seq_truncate(c->kv, c->bt[i].seq, kv_seq_n_pos(c->kv, c->bt[i].seq), NULL);
-        return rc;
-    }
+    /* Reserve every sequence's blocks, all or nothing (one sequence at a
+     * time would leave an earlier one's copy-on-write block behind when a
+     * later one fails). */
+    int rc = kv_reserve_all(c->kv, c->seq_n, err);
+    if (rc) return rc;
 
     /* Blocks of n_batch tokens; each block's positions count before the next. */
     prof_start(c);

@@ -28,6 +28,7 @@ struct kv_cache {
     int32_t *ref;      /* (n_blocks) sequences holding each block; 0 = free */
     int32_t *free_ids; /* stack of free blocks: free_ids[0 .. n_free-1], the top is the next one given */
     int64_t n_free;
+    int32_t *cow;      /* (n_seq) kv_reserve_all's scratch: the shared blocks the batch will copy */
     unsigned char *k;  /* (n_layer, n_blocks, block_pos, n_head_kv, head_dim) */
     unsigned char *v;
 };
@@ -111,9 +112,10 @@ kv_cache_t *kv_cache_new(const kv_layout_t *lo, int n_seq, tern_error_t *err) {
     c->seq = calloc((size_t)n_seq, sizeof *c->seq);
     c->ref = calloc((size_t)chk.n_blocks, sizeof *c->ref);
     c->free_ids = malloc((size_t)chk.n_blocks * sizeof *c->free_ids);
+    c->cow = malloc((size_t)n_seq * sizeof *c->cow);
     c->k = tern_alloc(bytes);
     c->v = tern_alloc(bytes);
-    if (!c->seq || !c->ref || !c->free_ids || !c->k || !c->v) {
+    if (!c->seq || !c->ref || !c->free_ids || !c->cow || !c->k || !c->v) {
         tern_err(err, TERN_ENOMEM, "kv cache: out of memory for %lld positions (%.1f MiB)", (long long)chk.n_ctx,
                  2.0 * (double)bytes / 1048576.0);
         kv_cache_free(c);
@@ -136,6 +138,7 @@ void kv_cache_free(kv_cache_t *c) {
     free(c->seq);
     free(c->ref);
     free(c->free_ids);
+    free(c->cow);
     tern_free(c->k);
     tern_free(c->v);
     free(c);
@@ -250,6 +253,51 @@ int kv_seq_reserve(kv_cache_t *c, int seq, int64_t n, tern_error_t *err) {
         s->blk[i] = nb;
     }
     while (s->n_blk < need) s->blk[s->n_blk++] = blk_take(c);
+    return 0;
+}
+
+int kv_reserve_all(kv_cache_t *c, const int64_t *n_new, tern_error_t *err) {
+    const int64_t bp = c->lo.block_pos;
+    for (int q = 0; q < c->n_seq; q++) {
+        const kv_seq_t *s = &c->seq[q];
+        if (n_new[q] < 0)
+            return tern_err(err, TERN_EINVAL, "kv cache: cannot reserve %lld positions", (long long)n_new[q]);
+        if (n_new[q] > c->lo.n_ctx - s->n_pos)
+            return tern_err(err, TERN_ECTXFULL,
+                            "context full: sequence %d holds %lld positions + %lld new > context size %lld", q,
+                            (long long)s->n_pos, (long long)n_new[q], (long long)c->lo.n_ctx);
+    }
+    /* The blocks they take: fresh ones, and a copy of each shared block one
+     * of them writes into, except that the last of its holders to write
+     * finds it its own (the earlier copies dropped it). Counted by dropping
+     * the references as kv_seq_reserve will, then putting them back. */
+    int64_t need = 0, n_cow = 0;
+    for (int q = 0; q < c->n_seq; q++) {
+        const kv_seq_t *s = &c->seq[q];
+        if (n_new[q] == 0) continue;
+        const int64_t blocks = (s->n_pos + n_new[q] + bp - 1) / bp;
+        need += blocks > s->n_blk ? blocks - s->n_blk : 0;
+        if (s->n_pos % bp != 0 && c->ref[s->blk[s->n_pos / bp]] > 1) {
+            c->cow[n_cow] = s->blk[s->n_pos / bp];
+            c->ref[c->cow[n_cow++]]--;
+        }
+    }
+    for (int64_t i = 0; i < n_cow; i++) c->ref[c->cow[i]]++;
+    need += n_cow;
+    if (need > c->n_free)
+        return tern_err(err, TERN_EKVFULL,
+                        "KV memory full: the batch needs %lld more blocks of %lld positions, %lld of %lld are free "
+                        "(free another sequence)",
+                        (long long)need, (long long)bp, (long long)c->n_free, (long long)c->lo.n_blocks);
+    /* Tables first (an allocation failure changes nothing), then the
+     * reservations, which cannot fail now. */
+    for (int q = 0; q < c->n_seq; q++) {
+        if (n_new[q] == 0) continue;
+        int rc = seq_table(c, &c->seq[q], c->seq[q].n_pos + n_new[q], err);
+        if (rc) return rc;
+    }
+    for (int q = 0; q < c->n_seq; q++)
+        if (n_new[q]) TERN_CHECK(kv_seq_reserve(c, q, n_new[q], NULL) == 0);
     return 0;
 }
 

@@ -109,6 +109,11 @@ const int32_t *kv_seq_blocks(const kv_cache_t *c, int seq);
  * shared block that would be written into. All or nothing: TERN_ECTXFULL
  * (n_pos + n > n_ctx), TERN_EKVFULL (too few free blocks; nothing changed). */
 int kv_seq_reserve(kv_cache_t *c, int seq, int64_t n, tern_error_t *err);
+/* kv_seq_reserve of n_new[s] positions for every sequence s (n_seq
+ * entries, 0 for those that get none), all or nothing: TERN_ECTXFULL (a
+ * sequence would pass n_ctx), TERN_EKVFULL (the free blocks do not suffice
+ * for all of them, copies on write included); nothing changed on error. */
+int kv_reserve_all(kv_cache_t *c, const int64_t *n_new, tern_error_t *err);
 /* The token ids of positions 0 .. n_pos-1 (what was evaluated there; -1
  * where unknown: after kv_seq_read). put_ids sets those of reserved
  * positions pos .. pos+n-1 (>= n_pos; TERN_CHECK). */
