@@ -685,7 +685,7 @@ static void tcache_make(tcache_t *c, int kv_type, int n_heads, int n_kv, int hd,
             }
         }
     }
-    c->a = (kern_attn_t){n_heads, n_kv, hd, kv_type, c->k, c->v, 1.0f / sqrtf((float)hd)};
+    c->a = (kern_attn_t){n_heads, n_kv, hd, kv_type, c->k, c->v, 1.0f / sqrtf((float)hd), 0, 0};
 }
 
 static void tcache_free(tcache_t *c) {
@@ -772,11 +772,92 @@ static void test_attention(void **state) {
     set_isa(prev);
 }
 
+/* Paged attention (kern_attention_batch): the contiguous cache scattered
+ * into blocks of bp positions in a shuffled order, queries of several
+ * "sequences" (prefixes of the same cache, each with its own table) in one
+ * batch in mixed order: every row bit-identical to the contiguous kernel's,
+ * whatever the block size (1, odd, smaller and larger than the 64-key
+ * tile), the ISA or the thread count. */
+static void test_attention_paged(void **state) {
+    (void)state;
+    kern_isa_t is[ISA_COUNT];
+    int ni = isas(is);
+    kern_isa_t prev = kern_isa_active();
+    const int nh = 6, nkv = 2, hd = 40;
+    const int64_t npos = tu_quick() ? 70 : 150;
+    const int64_t bps[] = {1, 3, 16, 64, 100, 200};
+    tern_error_t err = {0};
+    for (int kvt = 0; kvt < 2; kvt++) {
+        const int kv_type = kvt ? TYPE_F16 : TYPE_F32;
+        tcache_t c;
+        tcache_make(&c, kv_type, nh, nkv, hd, npos);
+        const size_t pos_bytes = (size_t)nkv * hd * (kv_type == TYPE_F32 ? 4 : 2);
+        const int64_t nq = 12, rowf = (int64_t)nh * hd;
+        float *q = malloc(sizeof(float) * (size_t)(nq * rowf));
+        float *ref = malloc(sizeof(float) * (size_t)(nq * rowf)), *got = malloc(sizeof(float) * (size_t)(nq * rowf));
+        randn(q, nq * rowf, 1.0f);
+        /* Query i sits at position pos[i] (some near the end, some early). */
+        int64_t pos[12];
+        for (int64_t i = 0; i < nq; i++) pos[i] = (i * 37 + 5) % npos;
+        pos[0] = npos - 1;
+        for (size_t bi = 0; bi < sizeof bps / sizeof bps[0]; bi++) {
+            const int64_t bp = bps[bi], nb = (npos + bp - 1) / bp;
+            const size_t bb = (size_t)bp * pos_bytes + 24; /* padding between blocks: block_bytes is a stride */
+            unsigned char *kp = calloc((size_t)nb, bb), *vp = calloc((size_t)nb, bb);
+            int32_t *table = malloc(sizeof(int32_t) * (size_t)nb);
+            /* A shuffled table: logical block i lives in physical block table[i]. */
+            for (int64_t i = 0; i < nb; i++) table[i] = (int32_t)i;
+            for (int64_t i = nb - 1; i > 0; i--) {
+                int64_t j = (int64_t)(tu_rand(&g_seed) % (uint64_t)(i + 1));
+                int32_t t = table[i];
+                table[i] = table[j];
+                table[j] = t;
+            }
+            for (int64_t p = 0; p < npos; p++) {
+                const size_t off = (size_t)table[p / bp] * bb + (size_t)(p % bp) * pos_bytes;
+                memcpy(kp + off, (const unsigned char *)c.k + (size_t)p * pos_bytes, pos_bytes);
+                memcpy(vp + off, (const unsigned char *)c.v + (size_t)p * pos_bytes, pos_bytes);
+            }
+            kern_attn_t pa = c.a;
+            pa.k_cache = kp;
+            pa.v_cache = vp;
+            pa.block_pos = bp;
+            pa.block_bytes = bb;
+            kern_attn_query_t qs[12];
+            for (int64_t i = 0; i < nq; i++) qs[i] = (kern_attn_query_t){pos[i], table};
+            for (int ii = 0; ii < ni; ii++) {
+                set_isa(is[ii]);
+                for (int64_t i = 0; i < nq; i++)
+                    check_ok(kern_attention(g_pools[1], &c.a, pos[i], 1, q + i * rowf, ref + i * rowf, &err), &err,
+                             "attention");
+                for (int n = 1; n <= MAX_THREADS; n++) {
+                    check_ok(kern_attention_batch(g_pools[n], &pa, nq, qs, q, got, &err), &err, "attention batch");
+                    assert_bits_equal(ref, got, nq * rowf, "paged attention vs contiguous", kv_type, is[ii], n);
+                }
+            }
+            /* Bad block geometry and queries are refused. */
+            pa.block_bytes = (size_t)bp * pos_bytes - 1;
+            expect_einval(kern_attention_batch(NULL, &pa, nq, qs, q, got, &err), &err, "do not fit");
+            pa.block_bytes = bb;
+            pa.block_pos = 0;
+            expect_einval(kern_attention_batch(NULL, &pa, nq, qs, q, got, &err), &err, "do not fit");
+            pa.block_pos = bp;
+            qs[3].blocks = NULL;
+            expect_einval(kern_attention_batch(NULL, &pa, nq, qs, q, got, &err), &err, "no blocks");
+            expect_einval(kern_attention_batch(NULL, &pa, nq, NULL, q, got, &err), &err, "NULL queries");
+            free(kp), free(vp), free(table);
+        }
+        free(q), free(ref), free(got);
+        tcache_free(&c);
+    }
+    set_isa(prev);
+}
+
 static void test_attention_bad_arguments(void **state) {
     (void)state;
     tern_error_t err = {0};
     float kv[64] = {0}, q[64] = {0}, o[64];
-    kern_attn_t a = {4, 3, 16, TYPE_F32, kv, kv, 0.25f};
+    kern_attn_t a = {4, 3, 16, TYPE_F32, kv, kv, 0.25f, 0, 0};
     expect_einval(kern_attention(NULL, &a, 0, 1, q, o, &err), &err, "KV heads");
     a.n_kv_heads = 2;
     a.kv_type = TYPE_Q8_0;
@@ -927,6 +1008,7 @@ int main(void) {
         cmocka_unit_test(test_row_stride_and_empty),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_attention_bad_arguments),
         cmocka_unit_test(test_rmsnorm_layernorm),
         cmocka_unit_test(test_rope),

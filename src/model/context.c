@@ -119,7 +119,6 @@ model_ctx_t *model_ctx_new(const model_t *m, const model_ctx_params_t *p, char *
 
     kv_layout_t lo;
     if (kv_layout_init(&lo, kv_type, hp->n_layer, c->n_ctx, hp->n_head_kv, hp->head_dim, p->kv_block, err)) goto fail;
-    c->n_ctx = lo.n_ctx; /* rounded up to whole blocks */
     c->kv = kv_cache_new(&lo, p->n_seq > 0 ? p->n_seq : 1, err);
     if (!c->kv) goto fail;
     const int64_t B = c->n_batch, D = hp->n_embd, QD = hp->n_head * hp->head_dim;

@@ -61,7 +61,7 @@ int kv_layout_init(kv_layout_t *lo, int type, int64_t n_layer, int64_t n_ctx, in
         return tern_err(err, TERN_EINVAL, "kv cache: a cache of %lld positions overflows", (long long)n_ctx);
     lo->type = type;
     lo->n_layer = n_layer;
-    lo->n_ctx = n_blocks * block_pos;
+    lo->n_ctx = n_ctx;
     lo->n_head_kv = n_head_kv;
     lo->head_dim = head_dim;
     lo->block_pos = block_pos;

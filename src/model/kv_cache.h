@@ -9,8 +9,10 @@
  * of it at b * block_bytes; position r of a block at r * pos_bytes. A
  * sequence owns a block table: its position p lives in block
  * table[p / block_pos], row p % block_pos, of every layer (one table for
- * all layers). n_ctx = n_blocks * block_pos is the whole memory: there is no
- * split among sequences, any sequence may grow until the blocks run out.
+ * all layers). The memory is n_blocks = ceil(n_ctx / block_pos) blocks and
+ * there is no split among sequences: any sequence may grow until the
+ * blocks run out, or until it holds n_ctx positions (the context size a
+ * user asked for stays the limit of one sequence).
  *
  * Sequences are ids 0 .. n_seq-1; each also records the token id at each of
  * its positions (sessions match prompts against them). Blocks are reference-counted: a fork
@@ -59,7 +61,7 @@
 typedef struct {
     int type;           /* TYPE_F16 or TYPE_F32 (format/quant.h) */
     int64_t n_layer;    /* layers, each with its own K and V */
-    int64_t n_ctx;      /* positions the memory holds: n_blocks * block_pos */
+    int64_t n_ctx;      /* positions one sequence may hold; the memory has n_blocks * block_pos >= n_ctx */
     int64_t n_head_kv;  /* K/V heads per position */
     int64_t head_dim;   /* elements per head */
     int64_t block_pos;  /* positions per block */
@@ -71,7 +73,7 @@ typedef struct {
 } kv_layout_t;
 
 /* Fill a layout from its dimensions and derive the strides: room for at
- * least n_ctx positions in blocks of block_pos (<= 0: the default), n_ctx
+ * least n_ctx positions in blocks of block_pos (<= 0: the default): n_ctx
  * rounded up to whole blocks. Errors: a type other than F16/F32, a
  * dimension < 1, sizes that overflow. */
 int kv_layout_init(kv_layout_t *lo, int type, int64_t n_layer, int64_t n_ctx, int64_t n_head_kv, int64_t head_dim,
