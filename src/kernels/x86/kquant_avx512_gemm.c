@@ -522,6 +522,14 @@ TERN_INLINE void gq_run(const kern_gemm_args_t *a, const void *wv, size_t row_by
                     else gq_decode_affine((const uint8_t *)blk, o + b * GQ_R, fmt == GQ_Q5K);
                 }
             }
+            /* The next row block's weights go to L2 while this one
+             * computes (its decode would otherwise wait on memory): a share
+             * of its lines before each panel call. */
+            const int64_t mc2 = nrows - r0 - mc < mc_max ? nrows - r0 - mc : mc_max;
+            uintptr_t pf = (uintptr_t)(w + (size_t)(r0 + mc) * row_bytes);
+            const uintptr_t pf_end = mc2 > 0 ? pf + (size_t)mc2 * row_bytes : pf;
+            const int64_t calls = (nb + GQ_KC - 1) / GQ_KC * gn * np;
+            const size_t pf_step = ((pf_end - pf) / 64 / (size_t)calls + 1) * 64;
             for (int64_t k0 = 0; k0 < nb; k0 += GQ_KC) {
                 const int64_t kc = nb - k0 < GQ_KC ? nb - k0 : GQ_KC;
                 for (int64_t g = 0; g < gn; g++) {
@@ -529,6 +537,8 @@ TERN_INLINE void gq_run(const kern_gemm_args_t *a, const void *wv, size_t row_by
                     /* a group of at most 8 columns: 8 lanes */
                     const bool half = a->n - (g0 + g) * GQ_LANES <= 8;
                     for (int64_t p = 0; p < np; p++) {
+                        for (const uintptr_t e = pf + pf_step < pf_end ? pf + pf_step : pf_end; pf < e; pf += 64)
+                            _mm_prefetch((const char *)pf, _MM_HINT_T1);
                         const gq_row_t *pw = dec + (p * nb + k0) * GQ_R;
                         if (half) {
                             if (fmt == GQ_Q6K) gq_kernel8_q6(pw, xg, kc, st[p * gmax + g], k0 == 0);
