@@ -22,6 +22,17 @@
  * GEMM timings are the best of a few calls (the minimum is the least noisy
  * estimate of what the code can do).
  *
+ * --gemm-n LIST: only the probe and, per format, ISA and thread count, the
+ * GEMM of the matvec's matrices with weights from RAM (what batched decode
+ * runs: N sequences, one token each): every call takes the next matrix of
+ * the working set (nothing is read again before the whole set has been),
+ * N = 1 is kern_gemm with one column (the matvec). Measured in rounds; in
+ * each round every N runs one slice (order rotated from round to round),
+ * and the ratio time(N) / time(1) is taken within the round; reported are
+ * the medians over the rounds: ms per matrix, that ratio (1.0 = the extra
+ * columns are free, N = perfect scaling of nothing), GFLOP/s and GB/s of
+ * weights.
+ *
  * Paired rounds: on a shared machine the bandwidth left to us drifts by
  * tens of percent within seconds (other tenants' memory traffic; it shows
  * as neither steal nor load here), so a matvec compared with the probe
@@ -86,14 +97,18 @@ static rec_t *rec_add(recs_t *r, const char *op, int format, int isa, int thread
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: tern bench kernels [--json] [--quick] [--format LIST] [--isa LIST] [--set-mb N]\n"
+            "usage: tern bench kernels [--json] [--quick] [--format LIST] [--isa LIST] [--set-mb N] [--shape RxC]\n"
+            "                          [--gemm-n LIST] [--threads LIST]\n"
             "  --json         print a JSON array of measurements instead of markdown\n"
             "  --quick        fewer rounds, a 512 MiB working set, GEMM up to N = 64\n"
             "  --format LIST  comma-separated formats (default: every weight format)\n"
             "  --isa LIST     comma-separated ISAs among scalar,avx2,avx512 (default: all this CPU has)\n"
             "  --set-mb N     matvec working set in MiB (default 1024; keep it >> the LLC)\n"
             "  --shape RxC    matvec matrices of R rows x C columns (default 4096x4096; e.g. 576x576,\n"
-            "                 SmolLM2's attention; formats whose block does not divide C are skipped)\n");
+            "                 SmolLM2's attention; formats whose block does not divide C are skipped)\n"
+            "  --gemm-n LIST  only GEMM with weights from RAM (batched decode) for these column counts,\n"
+            "                 e.g. 1,2,4,8,16: time per matrix relative to N = 1 (the matvec), GFLOP/s\n"
+            "  --threads LIST thread counts among 1,2 (default both)\n");
 }
 
 /* Split a comma list, mapping each item through fn (-1 = unknown). */
@@ -280,6 +295,74 @@ static double time_gemm(tern_pool_t *pool, const kern_mat_t *m, int64_t n, doubl
     return best;
 }
 
+/* ---- --gemm-n: GEMM with weights from RAM --------------------------------- */
+
+#define BK_MAX_GN 16
+typedef struct {
+    int cur; /* next matrix of the working set */
+} gcursor_t;
+
+/* One slice of GEMM calls with n columns, each on the next matrix of the
+ * working set, for about budget_ns (at least 2 calls). Returns ns per
+ * matrix, or -1 on error. */
+static double gemm_slice_ns(tern_pool_t *pool, const wset_t *w, int type, int64_t n, double budget_ns,
+                            gcursor_t *gc, const bufs_t *b, tern_error_t *err) {
+    const uint64_t t0 = tern_now_ns();
+    uint64_t t = t0;
+    int done = 0;
+    while (done < 2 || (double)(t - t0) < budget_ns) {
+        kern_mat_t m = wset_mat(w, type, gc->cur, g_rows);
+        gc->cur = (gc->cur + 1) % w->nmat;
+        if (kern_gemm(pool, &m, n, b->gx, g_cols, b->gy, g_rows, err)) return -1.0;
+        done++;
+        t = tern_now_ns();
+    }
+    return (double)(t - t0) / done;
+}
+
+/* The rounds of --gemm-n for one (format, ISA, pool): per N the median ns
+ * per matrix and the median of time(N) / time(N = ns[0]) within a round. */
+static int gemm_ram_rounds(tern_pool_t *pool, const wset_t *w, int type, const int64_t *ns, int nn, int rounds,
+                           double budget_ns, const bufs_t *b, double *med_ns, double *med_ratio, tern_error_t *err) {
+    double T[BK_MAX_GN][BK_MAX_ROUNDS], R[BK_MAX_GN][BK_MAX_ROUNDS];
+    gcursor_t gc = {0};
+    TERN_CHECK(rounds >= 1 && rounds <= BK_MAX_ROUNDS && nn >= 1 && nn <= BK_MAX_GN);
+    /* warm-up: code, workspaces, the pool's threads */
+    for (int j = 0; j < nn; j++)
+        if (gemm_slice_ns(pool, w, type, ns[j], 0, &gc, b, err) < 0) return -1;
+    for (int i = 0; i < rounds; i++) {
+        double t[BK_MAX_GN];
+        for (int jj = 0; jj < nn; jj++) {
+            const int j = (jj + i) % nn;
+            t[j] = gemm_slice_ns(pool, w, type, ns[j], budget_ns, &gc, b, err);
+            if (t[j] < 0) return -1;
+        }
+        for (int j = 0; j < nn; j++) T[j][i] = t[j], R[j][i] = t[j] / t[0];
+    }
+    for (int j = 0; j < nn; j++) {
+        med_ns[j] = bench_median(T[j], rounds);
+        med_ratio[j] = bench_median(R[j], rounds);
+    }
+    return 0;
+}
+
+static void print_gemm_ram_markdown(const recs_t *r, size_t set_bytes) {
+    printf("## Read bandwidth probe\n\n| threads | GB/s |\n|---:|---:|\n");
+    for (int i = 0; i < r->n; i++)
+        if (!strcmp(r->v[i].op, "probe")) printf("| %d | %.1f |\n", r->v[i].threads, r->v[i].gbps);
+    printf("\n## GEMM with weights from RAM (%lld x %lld matrices over a %.0f MiB working set)\n\n",
+           (long long)g_rows, (long long)g_cols, (double)set_bytes / 1048576.0);
+    printf("| format | isa | t | N | ms / matrix | time / time(N=1) | GFLOP/s | weights GB/s |\n"
+           "|---|---|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < r->n; i++) {
+        const rec_t *e = &r->v[i];
+        if (strcmp(e->op, "gemm_ram")) continue;
+        printf("| %s | %s | %d | %lld | %.3f | %.2f | %.1f | %.1f |\n", quant_name(e->format),
+               kern_isa_name((kern_isa_t)e->isa), e->threads, (long long)e->n, e->ns / 1e6, e->ratio, e->gflops,
+               e->gbps);
+    }
+}
+
 static void print_num(FILE *f, const char *key, double v, bool *first) {
     if (isnan(v)) return;
     fprintf(f, "%s\"%s\": %.6g", *first ? "" : ", ", key, v);
@@ -295,7 +378,7 @@ static void print_json(const recs_t *r) {
         if (e->isa >= 0) printf(", \"isa\": \"%s\"", kern_isa_name((kern_isa_t)e->isa));
         printf(", \"threads\": %d", e->threads);
         if (e->n > 0) printf(", \"n\": %lld", (long long)e->n);
-        if (!strcmp(e->op, "matvec") || !strcmp(e->op, "matvec2"))
+        if (!strcmp(e->op, "matvec") || !strcmp(e->op, "matvec2") || !strcmp(e->op, "gemm_ram"))
             printf(", \"rows\": %lld, \"cols\": %lld", (long long)g_rows, (long long)g_cols);
         bool first = false;
         print_num(stdout, "gbps", e->gbps, &first);
@@ -373,6 +456,9 @@ int bench_kernels_main(int argc, char **argv) {
     int formats[TYPE_COUNT], nf = 0;
     int isas[ISA_COUNT], ni = 0;
     double set_mb = 1024;
+    int64_t gns[BK_MAX_GN];
+    int ngn = 0;
+    int thr[BK_THREADS], nthr = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--json")) {
@@ -383,10 +469,28 @@ int bench_kernels_main(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else if ((!strcmp(a, "--format") || !strcmp(a, "--isa") || !strcmp(a, "--set-mb") ||
-                    !strcmp(a, "--shape")) &&
+                    !strcmp(a, "--shape") || !strcmp(a, "--gemm-n") || !strcmp(a, "--threads")) &&
                    i + 1 < argc) {
             const char *v = argv[++i];
-            if (!strcmp(a, "--format")) {
+            if (!strcmp(a, "--gemm-n") || !strcmp(a, "--threads")) {
+                const bool t = !strcmp(a, "--threads");
+                char buf[256];
+                snprintf(buf, sizeof buf, "%s", v);
+                int cnt = 0;
+                for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+                    char *end;
+                    long long x = strtoll(tok, &end, 10);
+                    if (*end || x < 1 || x > (t ? BK_THREADS : BK_MAX_N) || cnt == (t ? BK_THREADS : BK_MAX_GN)) {
+                        fprintf(stderr, "tern bench kernels: %s wants up to %d of 1..%d\n", a,
+                                t ? BK_THREADS : BK_MAX_GN, t ? BK_THREADS : BK_MAX_N);
+                        return 2;
+                    }
+                    if (t) thr[cnt++] = (int)x;
+                    else gns[cnt++] = x;
+                }
+                if (t) nthr = cnt;
+                else ngn = cnt;
+            } else if (!strcmp(a, "--format")) {
                 if ((nf = parse_list(v, quant_from_name, formats, TYPE_COUNT, "format")) < 0) return 2;
                 for (int j = 0; j < nf; j++)
                     if (!quant_traits(formats[j])->weight) {
@@ -428,6 +532,18 @@ int bench_kernels_main(int argc, char **argv) {
             isas[ni++] = ISA_NEON;
         else
             for (int i = ISA_AVX2; i <= (int)best; i++) isas[ni++] = i;
+    }
+    if (nthr == 0)
+        for (int t = 1; t <= BK_THREADS; t++) thr[nthr++] = t;
+    if (ngn > 0 && gns[0] != 1) {
+        /* time(1) is the reference of every ratio */
+        if (ngn == BK_MAX_GN) {
+            fprintf(stderr, "tern bench kernels: --gemm-n: at most %d counts with 1\n", BK_MAX_GN - 1);
+            return 2;
+        }
+        memmove(gns + 1, gns, sizeof gns[0] * (size_t)ngn);
+        gns[0] = 1;
+        ngn++;
     }
     const int64_t all_ns[] = {1, 16, 64, 512};
     const int n_ns = quick ? 3 : 4;
@@ -472,7 +588,7 @@ int bench_kernels_main(int argc, char **argv) {
     b.y = malloc(sizeof(float) * g_rows);
     b.y2 = malloc(sizeof(float) * g_rows);
     b.gx = malloc(sizeof(float) * g_cols * BK_MAX_N);
-    b.gy = malloc(sizeof(float) * BK_GEMM_ROWS * BK_MAX_N);
+    b.gy = malloc(sizeof(float) * (size_t)(g_rows > BK_GEMM_ROWS ? g_rows : BK_GEMM_ROWS) * BK_MAX_N);
     if (!b.x || !b.x2 || !b.y || !b.y2 || !b.gx || !b.gy) goto oom;
     for (int i = 0; i < g_cols; i++) b.x[i] = randn(), b.x2[i] = randn();
     for (int i = 0; i < g_cols * BK_MAX_N; i++) b.gx[i] = randn();
@@ -515,10 +631,29 @@ int bench_kernels_main(int argc, char **argv) {
             kern_options_t run_opt = opt0; /* the ISA measured; the active sub-features */
             run_opt.isa = isa;
             kern_configure(&run_opt);
-            for (int t = 1; t <= BK_THREADS; t++) {
+            for (int ti = 0; ti < nthr; ti++) {
+                const int t = thr[ti];
                 tern_pool_t *p = pools[t];
                 kern_mat_t m0 = wset_mat(&w, type, 0, g_rows);
                 if (kern_matvec(p, &m0, b.x, b.y, &err)) goto kerr; /* warm-up: code, workspace */
+                if (ngn > 0) {
+                    double mns[BK_MAX_GN], mr[BK_MAX_GN];
+                    if (gemm_ram_rounds(p, &w, type, gns, ngn, rounds, quick ? 3e7 : 6e7, &b, mns, mr, &err))
+                        goto kerr;
+                    fprintf(stderr, "%s/%s t=%d:", quant_name(type), kern_isa_name(isa), t);
+                    for (int j = 0; j < ngn; j++) {
+                        rec_t *e = rec_add(&recs, "gemm_ram", type, isa, t);
+                        if (!e) goto oom;
+                        e->n = gns[j];
+                        e->ns = mns[j];
+                        e->ratio = mr[j];
+                        e->gflops = 2.0 * (double)g_rows * (double)g_cols * (double)gns[j] / mns[j];
+                        e->gbps = (double)w.mat_bytes / mns[j];
+                        fprintf(stderr, " N=%lld %.2fx", (long long)gns[j], mr[j]);
+                    }
+                    fprintf(stderr, "\n");
+                    continue;
+                }
                 rounds_t rr;
                 err.code = 0;
                 if (run_rounds(p, t, &w, type, rounds, slice_budget_ns, &b, &rr, &err)) {
@@ -595,6 +730,8 @@ int bench_kernels_main(int argc, char **argv) {
 
     if (json)
         print_json(&recs);
+    else if (ngn > 0)
+        print_gemm_ram_markdown(&recs, set_bytes);
     else
         print_markdown(&recs, all_ns, n_ns, set_bytes);
     goto out;

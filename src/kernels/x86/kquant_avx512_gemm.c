@@ -41,6 +41,10 @@
  * broadcasting unsigned weights into a register (one fused uop per vpdpbusd
  * instead of two); the sub-block scale cannot go through vpdpwssd because a sub-block
  * sum does not fit int16, so it costs one vpmulld per row and sub-block.
+ * A group of at most 8 columns runs the micro-kernel on 8 lanes (ymm, the
+ * lower half of each prep vector; gq_kernel8): the same steps per lane, at
+ * half the cost of 16 lanes on Zen 4, where a 512-bit vpdpbusd takes two
+ * passes (measured: `tern bench kernels --gemm-n`).
  * With few columns (up to 6, Q6_K 8) run uses the matvec tiles instead
  * (gq_run_small): same chain, same bits, faster than 16 lanes mostly idle.
  * Bounds of the offset form: per sub-block |sum q_i (a_i + 128)| <= 32 * 31 *
@@ -350,6 +354,93 @@ TERN_INLINE void gq_kernel(const gq_row_t *pw, const uint8_t *xg, int64_t nb, fl
 #pragma GCC unroll 8
     for (int r = 0; r < GQ_R; r++) _mm512_store_ps(st[r], acc[r]);
 }
+/* The same for 8 lanes (ymm): a group of at most 8 columns uses the lower
+ * halves of prep's vectors (lane c = column c) at half the cost of 16 lanes
+ * on Zen 4 (a 512-bit vpdpbusd takes two passes, a 256-bit one one). */
+TERN_INLINE __m256i dp_bcast8(__m256i acc, __m256i a, const void *p) {
+    __asm__("vpdpbusd %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*(const int32_t *)p));
+    return acc;
+}
+TERN_INLINE __m256i dp0_bcast8(__m256i a, const void *p) {
+    __m256i acc;
+    __asm__("vpxord %0, %0, %0\n\tvpdpbusd %2%{1to8%}, %1, %0" : "=&v"(acc) : "v"(a), "m"(*(const int32_t *)p));
+    return acc;
+}
+TERN_INLINE __m256i muladd_bcast8(__m256i t, __m256i d, const int32_t *p) {
+    __asm__("vpmulld %2%{1to8%}, %1, %1\n\tvpaddd %1, %0, %0" : "+v"(t), "+v"(d) : "m"(*p));
+    return t;
+}
+
+/* gq_kernel on 8 lanes (columns 0..7 of the group): the same steps per lane. */
+TERN_INLINE void gq_kernel8(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first,
+                         const bool q6) {
+    const int units = q6 ? 16 : 8, slices = q6 ? 4 : 8; /* per unit: 4 * slices weight bytes */
+    __m256 acc[GQ_R];
+#pragma GCC unroll 8
+    for (int r = 0; r < GQ_R; r++) acc[r] = first ? _mm256_setzero_ps() : _mm256_load_ps(st[r]);
+    for (int64_t b = 0; b < nb; b++) {
+        const gq_row_t *w = pw + b * GQ_R;
+        const uint8_t *x = xg + (size_t)b * GQ_ACT_SB;
+        __m256i T[GQ_R];
+#pragma GCC unroll 8
+        for (int r = 0; r < GQ_R; r++) T[r] = _mm256_set1_epi32(w[r].negc);
+#pragma GCC unroll 8
+        for (int u = 0; u < units; u += 2) { /* storage units u, u + 1: two chains per row */
+            const int j0 = q6 ? u : gq_sub[u], j1 = q6 ? u + 1 : gq_sub[u + 1];
+            const uint8_t *x0 = x + GQ_ACT_QS + 64 * slices * j0, *x1 = x + GQ_ACT_QS + 64 * slices * j1;
+            const int o0 = 4 * slices * u, o1 = o0 + 4 * slices;
+            __m256i d0[GQ_R], d1[GQ_R];
+            {
+                const __m256i a0 = _mm256_loadu_si256((const __m256i *)(x0)), a1 = _mm256_loadu_si256((const __m256i *)(x1));
+#pragma GCC unroll 8
+                for (int r = 0; r < GQ_R; r++) {
+                    d0[r] = dp0_bcast8(a0, w[r].w + o0);
+                    d1[r] = dp0_bcast8(a1, w[r].w + o1);
+                }
+            }
+#pragma GCC unroll 7
+            for (int i = 1; i < slices; i++) {
+                const __m256i a0 = _mm256_loadu_si256((const __m256i *)(x0 + 64 * i)), a1 = _mm256_loadu_si256((const __m256i *)(x1 + 64 * i));
+#pragma GCC unroll 8
+                for (int r = 0; r < GQ_R; r++) {
+                    d0[r] = dp_bcast8(d0[r], a0, w[r].w + o0 + 4 * i);
+                    d1[r] = dp_bcast8(d1[r], a1, w[r].w + o1 + 4 * i);
+                }
+            }
+#pragma GCC unroll 8
+            for (int r = 0; r < GQ_R; r++) {
+                T[r] = muladd_bcast8(T[r], d0[r], &w[r].sc[j0]);
+                T[r] = muladd_bcast8(T[r], d1[r], &w[r].sc[j1]);
+            }
+        }
+        const __m256 DA = _mm256_loadu_ps((const float *)(x + GQ_ACT_D));
+        if (q6) {
+#pragma GCC unroll 8
+            for (int r = 0; r < GQ_R; r++)
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[r]), _mm256_mul_ps(DA, _mm256_set1_ps(w[r].d)), acc[r]);
+            continue;
+        }
+        __m256i P[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) P[i] = _mm256_loadu_si256((const __m256i *)(x + GQ_ACT_P + 64 * i));
+#pragma GCC unroll 8
+        for (int r = 0; r < GQ_R; r++) {
+            __m256i m = _mm256_dpwssd_epi32(_mm256_setzero_si256(), P[0], _mm256_set1_epi32((int)w[r].mn[0]));
+#pragma GCC unroll 3
+            for (int i = 1; i < 4; i++) m = _mm256_dpwssd_epi32(m, P[i], _mm256_set1_epi32((int)w[r].mn[i]));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[r]), _mm256_mul_ps(DA, _mm256_set1_ps(w[r].d)), acc[r]);
+            acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(DA, _mm256_set1_ps(w[r].dmin)), acc[r]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < GQ_R; r++) _mm256_store_ps(st[r], acc[r]);
+}
+static void gq_kernel8_affine(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
+    gq_kernel8(pw, xg, nb, st, first, false);
+}
+static void gq_kernel8_q6(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
+    gq_kernel8(pw, xg, nb, st, first, true);
+}
 static void gq_kernel_affine(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
     gq_kernel(pw, xg, nb, st, first, false);
 }
@@ -431,14 +522,31 @@ TERN_INLINE void gq_run(const kern_gemm_args_t *a, const void *wv, size_t row_by
                     else gq_decode_affine((const uint8_t *)blk, o + b * GQ_R, fmt == GQ_Q5K);
                 }
             }
+            /* The next row block's weights go to L2 while this one
+             * computes (its decode would otherwise wait on memory): a share
+             * of its lines before each panel call. */
+            const int64_t mc2 = nrows - r0 - mc < mc_max ? nrows - r0 - mc : mc_max;
+            uintptr_t pf = (uintptr_t)(w + (size_t)(r0 + mc) * row_bytes);
+            const uintptr_t pf_end = mc2 > 0 ? pf + (size_t)mc2 * row_bytes : pf;
+            const int64_t calls = (nb + GQ_KC - 1) / GQ_KC * gn * np;
+            const size_t pf_step = ((pf_end - pf) / 64 / (size_t)calls + 1) * 64;
             for (int64_t k0 = 0; k0 < nb; k0 += GQ_KC) {
                 const int64_t kc = nb - k0 < GQ_KC ? nb - k0 : GQ_KC;
                 for (int64_t g = 0; g < gn; g++) {
                     const uint8_t *xg = (const uint8_t *)a->xg + (size_t)(g0 + g) * a->xg_group + (size_t)k0 * GQ_ACT_SB;
+                    /* a group of at most 8 columns: 8 lanes */
+                    const bool half = a->n - (g0 + g) * GQ_LANES <= 8;
                     for (int64_t p = 0; p < np; p++) {
+                        for (const uintptr_t e = pf + pf_step < pf_end ? pf + pf_step : pf_end; pf < e; pf += 64)
+                            _mm_prefetch((const char *)pf, _MM_HINT_T1);
                         const gq_row_t *pw = dec + (p * nb + k0) * GQ_R;
-                        if (fmt == GQ_Q6K) gq_kernel_q6(pw, xg, kc, st[p * gmax + g], k0 == 0);
-                        else gq_kernel_affine(pw, xg, kc, st[p * gmax + g], k0 == 0);
+                        if (half) {
+                            if (fmt == GQ_Q6K) gq_kernel8_q6(pw, xg, kc, st[p * gmax + g], k0 == 0);
+                            else gq_kernel8_affine(pw, xg, kc, st[p * gmax + g], k0 == 0);
+                        } else {
+                            if (fmt == GQ_Q6K) gq_kernel_q6(pw, xg, kc, st[p * gmax + g], k0 == 0);
+                            else gq_kernel_affine(pw, xg, kc, st[p * gmax + g], k0 == 0);
+                        }
                     }
                 }
             }

@@ -21,7 +21,11 @@
  *    (L2), columns in groups of 16, k in chunks of 32 blocks whose
  *    activations stay in L1 while every panel of the row block passes over
  *    them (accumulators saved between chunks: exact); the next row block's
- *    weights are prefetched into L2 during the compute.
+ *    weights are prefetched into L2 during the compute. A group of at most
+ *    8 columns (N = 5..8, or the last group of N = 17..24, ...) runs the
+ *    same steps on 8 lanes (ymm, the lower half of prep's vectors): on Zen 4
+ *    a 256-bit vpdpbusd is half the work of a 512-bit one, so 8 columns no
+ *    longer cost what 16 do (measured: `tern bench kernels --gemm-n`).
  *
  */
 #if defined(__x86_64__)
@@ -162,6 +166,28 @@ TERN_INLINE void gemm_blk(const char *pg, int j, const char *xb, bool min, __m51
     }
 }
 
+/* gemm_blk for a group of at most 8 columns: the same steps on the lower
+ * halves (ymm) of the activation vectors, lane c = column c as above. On
+ * Zen 4 a 256-bit vpdpbusd costs half a 512-bit one, so 8 columns cost half
+ * of 16 instead of the same. */
+TERN_INLINE void gemm_blk8(const char *pg, int j, const char *xb, bool min, __m256 acc[4][4]) {
+    __m256i a[8];
+    _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) a[t] = _mm256_loadu_si256((const __m256i *)(xb + 64 * t));
+    const __m256 da = _mm256_loadu_ps((const float *)(xb + GA_OFF_D));
+    const __m256 sa = min ? _mm256_loadu_ps((const float *)(xb + GA_OFF_S)) : _mm256_setzero_ps();
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {
+        const char *q = pg + 128 * i + 16 * j;
+        __m256i p = _mm256_set1_epi32(ld_i32(pg + GP_OFF_CORR + 16 * i + 4 * j)), r = _mm256_setzero_si256();
+        _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
+            p = _mm256_dpbusd_epi32(p, a[t], _mm256_set1_epi32(ld_i32(q + 4 * t)));
+            r = _mm256_dpbusd_epi32(r, a[4 + t], _mm256_set1_epi32(ld_i32(q + 64 + 4 * t)));
+        }
+        const __m256 s = _mm256_mul_ps(_mm256_set1_ps(ld_f32(pg + GP_OFF_DM + 32 * i + 4 * j)), da);
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(p, r)), s, acc[i][j]);
+        if (min) acc[i][j] = _mm256_fmadd_ps(_mm256_set1_ps(ld_f32(pg + GP_OFF_DM + 32 * i + 16 + 4 * j)), sa, acc[i][j]);
+    }
+}
+
 /* Rows of a row block: decoded bytes within GEMM_PANEL_BYTES, a multiple
  * of 4, 4..64. */
 static int64_t gemm_rows(int64_t k) {
@@ -276,6 +302,16 @@ TERN_INLINE void gemm_store(__m512 acc[4][4], float *y, int64_t ldy, int64_t c0,
     }
 }
 
+TERN_INLINE void gemm_store8(__m256 acc[4][4], float *y, int64_t ldy, int64_t c0, int ncols, int nrv) {
+    float t[4][8] __attribute__((aligned(32)));
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) _mm256_store_ps(
+        t[i], _mm256_add_ps(_mm256_add_ps(acc[i][0], acc[i][2]), _mm256_add_ps(acc[i][1], acc[i][3])));
+    for (int c = 0; c < ncols; c++) {
+        float *yc = y + (c0 + c) * ldy;
+        for (int i = 0; i < nrv; i++) yc[i] = t[i][c];
+    }
+}
+
 /* Loop order: row blocks (decoded once) > column groups > k-chunks >
  * panels of 4 rows > groups of 4 blocks > blocks. */
 TERN_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y,
@@ -312,6 +348,23 @@ TERN_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row_b
                     const char *pan = pans + (size_t)p * pan_bytes;
                     for (const uintptr_t e = pf + pf_step < pf_end ? pf + pf_step : pf_end; pf < e; pf += 64)
                         _mm_prefetch((const char *)pf, _MM_HINT_T1);
+                    const int nrv = nr - 4 * p < 4 ? (int)(nr - 4 * p) : 4;
+                    if (ncols <= 8) {
+                        __m256 acc[4][4];
+                        _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) acc[i / 4][i % 4] =
+                            g0 == 0 ? _mm256_setzero_ps() : _mm256_load_ps(st + 16 * i);
+                        for (int64_t gi = g0; gi < g1; gi++) {
+                            const char *pg = pan + (size_t)gi * GP_BYTES, *xb = xg + (size_t)gi * LEGACY_GROUP * ab;
+                            const int nbk = gi == ng - 1 && rem ? rem : 4;
+                            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) if (j < nbk) gemm_blk8(pg, j, xb + j * ab, min, acc);
+                        }
+                        if (g1 < ng) {
+                            _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) _mm256_store_ps(st + 16 * i, acc[i / 4][i % 4]);
+                        } else {
+                            gemm_store8(acc, y + r0 + 4 * p, ldy, c0, ncols, nrv);
+                        }
+                        continue;
+                    }
                     __m512 acc[4][4];
                     _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) acc[i / 4][i % 4] =
                         g0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(st + 16 * i);
@@ -323,7 +376,6 @@ TERN_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row_b
                     if (g1 < ng) {
                         _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) _mm512_store_ps(st + 16 * i, acc[i / 4][i % 4]);
                     } else {
-                        const int nrv = nr - 4 * p < 4 ? (int)(nr - 4 * p) : 4;
                         gemm_store(acc, y + r0 + 4 * p, ldy, c0, ncols, nrv);
                     }
                 }
