@@ -275,6 +275,16 @@ static void copy_prefix_case(bool kv_f32) {
     expect_err(model_ctx_copy_prefix(b, other, 0, &err), TERN_EINVAL, &err, "between layouts");
     assert_int_equal(model_ctx_pos(other), 0);
     assert_int_equal(model_ctx_pos(b), pos_b);
+    /* A memory of two sequences, full: refused for want of blocks, dst's
+     * positions stay (3 blocks needed, 2 its own). */
+    model_ctx_t *two = ctx_new(g_model, 1, 16, 16, kv_f32, 4, 2);
+    tu_eval_ok(two, g_tok, 5, NULL);
+    assert_int_equal(kv_seq_copy(model_ctx_kv(two), 1, model_ctx_kv(a), 0, 8, &err), 0);
+    expect_err(model_ctx_copy_prefix(two, a, 12, &err), TERN_EKVFULL, &err, "KV memory full");
+    assert_int_equal(model_ctx_pos(two), 5);
+    tu_eval_ok(two, g_tok + 5, N_TOK - 5 < 3 ? N_TOK - 5 : 3, got);
+    assert_same_logits(ref, 5, got, 3, "continue after a refused copy");
+    model_ctx_free(two);
     /* Another model (another head_dim): the cache says layout, the context
      * says model. */
     model_ctx_t *c64 = tu_ctx_new(g_model_64, 1, N_CTX, 512, kv_f32);
@@ -1327,9 +1337,9 @@ static void test_copy_between_block_sizes(void **state) {
             }
             kv_cache_free(b);
         }
-        /* Errors: another layout; n past the source or the destination's
-         * n_ctx (the destination unchanged); too few free blocks (the
-         * destination empty). */
+        /* Errors leave the destination as it was: another layout; n past
+         * the source or the destination's n_ctx; too few blocks free or its
+         * own. */
         kv_cache_t *other = mem_new(t ? TYPE_F16 : TYPE_F32, 2, 24, 4, 1);
         kv_cache_t *small = mem_new(type, 2, 8, 4, 2);
         fill(small, 0, 3, 6);
@@ -1343,9 +1353,21 @@ static void test_copy_between_block_sizes(void **state) {
         expect_state(small, &before);
         expect_rows(small, 0, 0, 3, 6);
         fill(small, 1, 4, 7); /* the second block: none left free */
+        state_of(small, &before);
         expect_err(kv_seq_copy(small, 0, a, 0, 5, &err), TERN_EKVFULL, &err, "KV memory full");
-        assert_int_equal(kv_seq_n_pos(small, 0), 0);
+        expect_state(small, &before);
+        expect_rows(small, 0, 0, 3, 6);
         expect_rows(small, 1, 0, 4, 7);
+        /* Its own block is enough for 4. */
+        assert_int_equal(kv_seq_copy(small, 0, a, 0, 4, &err), 0);
+        expect_rows(small, 0, 0, 4, 1);
+        expect_rows(small, 1, 0, 4, 7);
+        /* A block it shares does not count. */
+        assert_int_equal(kv_seq_fork(small, 1, 0, 4, &err), 0);
+        fill(small, 1, 1, 8); /* the other block again */
+        state_of(small, &before);
+        expect_err(kv_seq_copy(small, 0, a, 0, 1, &err), TERN_EKVFULL, &err, "KV memory full");
+        expect_state(small, &before);
         check_accounting(small);
         /* Into the same memory: a fork. */
         assert_int_equal(kv_seq_copy(a, 1, a, 0, 10, &err), 0);
