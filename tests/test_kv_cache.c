@@ -1717,6 +1717,11 @@ static void model_run(int type, int64_t bp, uint64_t seed, uint64_t t_end, int m
         model_step(&m, &rng);
         model_check(&m);
     }
+    print_message("random model (%s, blocks of %lld): %d steps; %lld appends, %lld given back, %lld truncates, "
+                  "%lld forks, %lld removes, %lld reads, %lld refused\n",
+                  type == TYPE_F32 ? "f32" : "f16", (long long)bp, steps, (long long)m.ops[0], (long long)m.ops[1],
+                  (long long)m.ops[2], (long long)m.ops[3], (long long)m.ops[4], (long long)m.ops[5],
+                  (long long)m.refused);
     /* Every operation ran, and reserve was refused some of the time. */
     for (int i = 0; i < 6; i++) assert_true(m.ops[i] > 0);
     assert_true(m.refused > 0);
