@@ -5,7 +5,8 @@
  * message, never crash or leak. A file that opens holds whole turns only:
  * its tokens are in range, the file was cut to exactly its committed
  * records, opening it again finds the same turns and cuts nothing, and its
- * KV rows restore into a cache.
+ * KV rows restore into sequence 1 of a paged memory (blocks of 4) whose
+ * sequence 0 holds positions of its own, which the restore leaves alone.
  *
  * The input is the file, written to a memfd opened through /proc/self/fd.
  * The expected fingerprint is fixed (no model is loaded): llama, F16 KV,
@@ -32,6 +33,8 @@
 #define HEAD_DIM 4
 #define N_VOCAB 32
 #define N_CTX 64
+#define BLOCK_POS 4
+#define OTHER 6 /* positions sequence 0 holds */
 #define FP_HASH 0x0123456789abcdefull
 #define POS_BYTES (N_HEAD_KV * HEAD_DIM * 2)
 
@@ -145,12 +148,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     TERN_CHECK((uint64_t)st.st_size == 48 + 32 * (uint64_t)turns + (uint64_t)n * (4 + 2 * N_LAYER * POS_BYTES));
     TERN_CHECK((uint64_t)st.st_size + session_cut_bytes(s) == size);
     if (n <= N_CTX) {
+        /* Room for N_CTX positions besides sequence 0's OTHER. */
         kv_layout_t lo;
-        TERN_CHECK(kv_layout_init(&lo, TYPE_F16, N_LAYER, N_CTX, N_HEAD_KV, HEAD_DIM, NULL) == 0);
-        kv_cache_t *kv = kv_cache_new(&lo, NULL);
+        TERN_CHECK(kv_layout_init(&lo, TYPE_F16, N_LAYER, N_CTX + OTHER, N_HEAD_KV, HEAD_DIM, BLOCK_POS, NULL) == 0);
+        kv_cache_t *kv = kv_cache_new(&lo, 2, NULL);
         TERN_CHECK(kv);
-        TERN_CHECK(session_restore_kv(s, kv, n, NULL) == 0 && kv_cache_n_pos(kv) == n);
-        TERN_CHECK(session_restore_kv(s, kv, n / 2, NULL) == 0 && kv_cache_n_pos(kv) == n / 2);
+        unsigned char rows[OTHER * POS_BYTES], got[OTHER * POS_BYTES];
+        for (size_t i = 0; i < sizeof rows; i++) rows[i] = (unsigned char)(i * 13 + 5);
+        TERN_CHECK(kv_seq_reserve(kv, 0, OTHER, NULL) == 0);
+        for (int64_t l = 0; l < N_LAYER; l++) kv_seq_put_raw(kv, 0, l, 0, OTHER, rows, rows);
+        TERN_CHECK(kv_seq_commit(kv, 0, OTHER, NULL) == 0);
+        TERN_CHECK(session_restore_kv(s, kv, 1, n, NULL) == 0 && kv_seq_n_pos(kv, 1) == n);
+        for (int64_t i = 0; i < n; i++) TERN_CHECK(kv_seq_ids(kv, 1)[i] == tok[i]);
+        TERN_CHECK(session_restore_kv(s, kv, 1, n / 2, NULL) == 0 && kv_seq_n_pos(kv, 1) == n / 2);
+        kv_stats_t st;
+        kv_cache_stats(kv, &st);
+        TERN_CHECK(st.n_used == (OTHER + BLOCK_POS - 1) / BLOCK_POS + (n / 2 + BLOCK_POS - 1) / BLOCK_POS);
+        TERN_CHECK(kv_seq_n_pos(kv, 0) == OTHER);
+        for (int64_t l = 0; l < N_LAYER; l++) {
+            kv_seq_get_raw(kv, 0, l, 0, OTHER, got, NULL);
+            TERN_CHECK(memcmp(got, rows, sizeof rows) == 0);
+            kv_seq_get_raw(kv, 0, l, 0, OTHER, NULL, got);
+            TERN_CHECK(memcmp(got, rows, sizeof rows) == 0);
+        }
         kv_cache_free(kv);
     }
     session_close(s);

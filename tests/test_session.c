@@ -2,7 +2,8 @@
  * test_session.c - session files (src/model/session.c): save and restore in
  * a fresh context and in another process, byte-identical continuation,
  * longest-prefix restore, refusal of another model or KV type, truncation at
- * every byte, random corruption, and kill -9 while appending. It forks
+ * every byte, random corruption, kill -9 while appending, and restore into
+ * and append from one sequence of a KV memory shared by several. It forks
  * (a context with pool threads is alive at the first fork), so it runs
  * under TSan too.
  */
@@ -95,15 +96,25 @@ static session_t *open_ok(const char *path, const model_t *m, int kv_type) {
     return s;
 }
 
-/* KV rows of positions [0, n) equal in both contexts, every layer. */
-static void assert_kv_equal(const model_ctx_t *a, const model_ctx_t *b, int64_t n) {
+/* KV rows of positions [0, n) of sequence sa of a and sb of b equal, every
+ * layer (read out of their blocks with kv_seq_get_raw). */
+static void assert_seq_kv_equal(const model_ctx_t *a, int sa, const model_ctx_t *b, int sb, int64_t n) {
     const kv_cache_t *ka = model_ctx_kv_const(a), *kb = model_ctx_kv_const(b);
-    assert_true(kv_cache_n_pos(ka) >= n && kv_cache_n_pos(kb) >= n);
+    assert_true(kv_seq_n_pos(ka, sa) >= n && kv_seq_n_pos(kb, sb) >= n);
     const size_t bytes = (size_t)n * kv_cache_layout(ka)->pos_bytes;
+    assert_int_equal(kv_cache_layout(kb)->pos_bytes, kv_cache_layout(ka)->pos_bytes);
+    unsigned char *buf = malloc(4 * bytes + 1);
+    assert_non_null(buf);
     for (int64_t l = 0; l < kv_cache_layout(ka)->n_layer; l++) {
-        assert_memory_equal(kv_cache_k_rows(ka, l, 0, n), kv_cache_k_rows(kb, l, 0, n), bytes);
-        assert_memory_equal(kv_cache_v_rows(ka, l, 0, n), kv_cache_v_rows(kb, l, 0, n), bytes);
+        kv_seq_get_raw(ka, sa, l, 0, n, buf, buf + bytes);
+        kv_seq_get_raw(kb, sb, l, 0, n, buf + 2 * bytes, buf + 3 * bytes);
+        if (bytes) assert_memory_equal(buf, buf + 2 * bytes, 2 * bytes);
     }
+    free(buf);
+}
+
+static void assert_kv_equal(const model_ctx_t *a, const model_ctx_t *b, int64_t n) {
+    assert_seq_kv_equal(a, 0, b, 0, n);
 }
 
 /* Evaluate g_seq[from .. to) one token at a time in c (which holds from
@@ -128,7 +139,7 @@ static void write_session(const char *path, const int *turns, int n_turns, int k
     for (int i = 0; i < n_turns; i++) {
         tu_eval_ok(c, g_seq + p, turns[i], NULL);
         tern_error_t err = {0};
-        assert_int_equal(session_append(s, c, g_seq + p, turns[i], &err), 0);
+        assert_int_equal(session_append(s, c, 0, g_seq + p, turns[i], &err), 0);
         p += turns[i];
         assert_int_equal(session_n_tokens(s), p);
     }
@@ -157,19 +168,19 @@ static void roundtrip(int kv_type) {
     model_ctx_t *b = tu_ctx_new(g_m, 2, N_CTX, 0, kv_type == TYPE_F32);
     tu_eval_ok(b, g_seq, 3, NULL); /* restore empties whatever was there */
     tern_error_t err = {0};
-    assert_int_equal(session_restore(s, b, 20, &err), 0);
+    assert_int_equal(session_restore(s, b, 0, 20, &err), 0);
     assert_int_equal(model_ctx_pos(b), 20);
     assert_kv_equal(a, b, 20);
     assert_true(continue_matches(b, 20, 30));
 
     /* Longest-prefix restore: a prefix ending inside a turn. */
-    assert_int_equal(session_restore(s, b, 12, &err), 0);
+    assert_int_equal(session_restore(s, b, 0, 12, &err), 0);
     assert_int_equal(model_ctx_pos(b), 12);
     assert_kv_equal(a, b, 12);
     assert_true(continue_matches(b, 12, 24));
-    assert_int_equal(session_restore(s, b, 0, &err), 0);
+    assert_int_equal(session_restore(s, b, 0, 0, &err), 0);
     assert_int_equal(model_ctx_pos(b), 0);
-    assert_int_not_equal(session_restore(s, b, 21, &err), 0);
+    assert_int_not_equal(session_restore(s, b, 0, 21, &err), 0);
     assert_int_equal(model_ctx_pos(b), 0);
     session_close(s);
 
@@ -188,7 +199,7 @@ static void roundtrip(int kv_type) {
         mp.n_ctx = N_CTX;
         mp.kv_f32 = kv_type == TYPE_F32;
         model_ctx_t *cc = cs ? model_ctx_new(g_m, &mp, NULL, 0, NULL) : NULL;
-        char ok = cc && session_restore(cs, cc, 19, NULL) == 0 && continue_matches(cc, 19, 30) ? 'y' : 'n';
+        char ok = cc && session_restore(cs, cc, 0, 19, NULL) == 0 && continue_matches(cc, 19, 30) ? 'y' : 'n';
         if (write(fds[1], &ok, 1) != 1) _exit(3);
         _exit(0);
     }
@@ -221,11 +232,11 @@ static void test_reopen_append_truncate(void **state) {
     session_t *s = open_ok(path, g_m, TYPE_F16);
     model_ctx_t *c = tu_ctx_new(g_m, 1, N_CTX, 0, false);
     tern_error_t err = {0};
-    assert_int_equal(session_restore(s, c, 8, &err), 0);
+    assert_int_equal(session_restore(s, c, 0, 8, &err), 0);
     tu_eval_ok(c, g_seq + 8, 4, NULL);
-    assert_int_equal(session_append(s, c, g_seq + 8, 4, &err), 0);
+    assert_int_equal(session_append(s, c, 0, g_seq + 8, 4, &err), 0);
     /* Appending positions the context does not hold is refused. */
-    assert_int_equal(session_append(s, c, g_seq + 12, 1, &err), TERN_EINVAL);
+    assert_int_equal(session_append(s, c, 0, g_seq + 12, 1, &err), TERN_EINVAL);
     session_close(s);
     s = open_ok(path, g_m, TYPE_F16);
     assert_int_equal(session_n_turns(s), 3);
@@ -237,10 +248,103 @@ static void test_reopen_append_truncate(void **state) {
     session_close(s);
     s = open_ok(path, g_m, TYPE_F16);
     assert_int_equal(session_n_tokens(s), 8);
-    assert_int_equal(session_restore(s, c, 8, &err), 0);
+    assert_int_equal(session_restore(s, c, 0, 8, &err), 0);
     assert_true(continue_matches(c, 8, 16));
     session_close(s);
     model_ctx_free(c);
+}
+
+/* ---- sequences of a shared KV memory ------------------------------------------ */
+
+/* Restore into sequence 1 of a memory where sequences 0 and 2 share blocks
+ * (KV blocks of 7: the fork ends inside one); continue 1 and 2 in one
+ * batch; append from sequence 1 to another file; a memory without the
+ * blocks refuses (TERN_EKVFULL) and leaves the other sequences alone. */
+static void test_shared_memory(void **state) {
+    (void)state;
+    const char *path = tmp_path("shared.tses"), *path2 = tmp_path("shared2.tses");
+    const int turns[] = {9, 1, 6, 4};
+    write_session(path, turns, 4, TYPE_F16);
+    model_ctx_t *a = tu_ctx_new(g_m, 1, N_CTX, 0, false);
+    tu_eval_ok(a, g_seq, 20, NULL);
+
+    model_ctx_params_t mp = model_ctx_default_params();
+    mp.n_threads = 2;
+    mp.n_ctx = N_CTX;
+    mp.n_seq = 3;
+    mp.kv_block = 7;
+    tern_error_t err = {0};
+    model_ctx_t *c = model_ctx_new(g_m, &mp, NULL, 0, &err);
+    assert_non_null(c);
+    kv_cache_t *kv = model_ctx_kv(c);
+    tu_eval_ok(c, g_seq, 10, NULL); /* sequence 0 */
+    assert_int_equal(kv_seq_fork(kv, 2, 0, 10, &err), 0);
+    tu_eval_ok(c, g_seq + 10, 1, NULL); /* 0 copies its shared block, 2 keeps it */
+    kv_stats_t st;
+    kv_cache_stats(kv, &st);
+    assert_int_equal(st.n_shared, 1);
+
+    session_t *s = open_ok(path, g_m, TYPE_F16);
+    assert_int_equal(session_restore(s, c, 1, 20, &err), 0);
+    assert_int_equal(kv_seq_n_pos(kv, 1), 20);
+    assert_int_equal(kv_seq_n_blocks(kv, 1), 3);
+    assert_memory_equal(kv_seq_ids(kv, 1), g_seq, 20 * sizeof(int32_t));
+    assert_seq_kv_equal(a, 0, c, 1, 20);
+    assert_seq_kv_equal(a, 0, c, 0, 11);
+    assert_seq_kv_equal(a, 0, c, 2, 10);
+    kv_cache_stats(kv, &st);
+    assert_int_equal(st.n_used, 2 + 1 + 3);
+    assert_int_equal(st.n_shared, 1);
+
+    /* Sequences 1 and 2 continue in one batch, each bit-identical to the
+     * uninterrupted reference. */
+    for (int k = 0; k < 6; k++) {
+        const model_tok_t toks[2] = {{1, g_seq[20 + k], MODEL_POS_APPEND, true},
+                                     {2, g_seq[10 + k], MODEL_POS_APPEND, true}};
+        assert_int_equal(model_decode(c, toks, 2, &err), 0);
+        assert_memory_equal(model_ctx_out(c, 0), g_ref16 + (20 + k) * V(), (size_t)V() * sizeof(float));
+        assert_memory_equal(model_ctx_out(c, 1), g_ref16 + (10 + k) * V(), (size_t)V() * sizeof(float));
+    }
+    assert_seq_kv_equal(a, 0, c, 0, 11);
+
+    /* Sequence 1's 26 positions appended to a new file, restored elsewhere. */
+    unlink(path2);
+    session_t *s2 = open_ok(path2, g_m, TYPE_F16);
+    assert_int_equal(session_append(s2, c, 1, g_seq, 26, &err), 0);
+    assert_int_equal(session_append(s2, c, 1, g_seq + 26, 1, &err), TERN_EINVAL); /* not held */
+    session_close(s2);
+    s2 = open_ok(path2, g_m, TYPE_F16);
+    assert_int_equal(session_n_tokens(s2), 26);
+    model_ctx_t *d = tu_ctx_new(g_m, 1, N_CTX, 0, false);
+    assert_int_equal(session_restore(s2, d, 0, 26, &err), 0);
+    assert_seq_kv_equal(c, 1, d, 0, 26);
+    assert_true(continue_matches(d, 26, 30));
+    session_close(s2);
+
+    /* No such sequence. */
+    assert_int_equal(session_restore(s, c, 3, 4, &err), TERN_EINVAL);
+    assert_non_null(strstr(err.msg, "no sequence 3"));
+    assert_int_equal(session_append(s, c, -1, g_seq, 1, &err), TERN_EINVAL);
+
+    /* Too few blocks: 3 blocks of 7, sequence 0 holds 2 of them. */
+    mp.n_ctx = 21;
+    mp.n_seq = 2;
+    model_ctx_t *small = model_ctx_new(g_m, &mp, NULL, 0, &err);
+    assert_non_null(small);
+    tu_eval_ok(small, g_seq, 10, NULL);
+    assert_int_equal(session_restore(s, small, 1, 20, &err), TERN_EKVFULL);
+    assert_int_equal(kv_seq_n_pos(model_ctx_kv(small), 1), 0);
+    assert_int_equal(kv_seq_n_pos(model_ctx_kv(small), 0), 10);
+    assert_seq_kv_equal(a, 0, small, 0, 10);
+    kv_cache_stats(model_ctx_kv(small), &st);
+    assert_int_equal(st.n_used, 2);
+    assert_int_equal(session_restore(s, small, 1, 7, &err), 0);
+    assert_seq_kv_equal(a, 0, small, 1, 7);
+    session_close(s);
+    model_ctx_free(small);
+    model_ctx_free(d);
+    model_ctx_free(c);
+    model_ctx_free(a);
 }
 
 /* ---- refusals ----------------------------------------------------------------- */
@@ -263,9 +367,9 @@ static void test_wrong_model_and_kv_type(void **state) {
     /* A context of the other KV type is refused by restore and append. */
     session_t *s = open_ok(path, g_m, TYPE_F16);
     model_ctx_t *c = tu_ctx_new(g_m, 1, N_CTX, 0, true);
-    assert_int_equal(session_restore(s, c, 4, &err), TERN_EINVAL);
+    assert_int_equal(session_restore(s, c, 0, 4, &err), TERN_EINVAL);
     tu_eval_ok(c, g_seq, 5, NULL);
-    assert_int_equal(session_append(s, c, g_seq, 5, &err), TERN_EINVAL);
+    assert_int_equal(session_append(s, c, 0, g_seq, 5, &err), TERN_EINVAL);
     session_close(s);
     model_ctx_free(c);
     /* Not a session file at all. */
@@ -313,7 +417,7 @@ static int check_damaged(const char *path, const int64_t *ends, int n_ends, mode
     assert_int_equal(session_n_tokens(s), k ? ends[k - 1] : 0);
     assert_memory_equal(session_tokens(s), g_seq, (size_t)session_n_tokens(s) * sizeof(int32_t));
     if (deep && k) {
-        assert_int_equal(session_restore(s, c, session_n_tokens(s) - 1, &err), 0);
+        assert_int_equal(session_restore(s, c, 0, session_n_tokens(s) - 1, &err), 0);
         assert_true(continue_matches(c, session_n_tokens(s) - 1, session_n_tokens(s) + 1));
     }
     session_close(s);
@@ -410,12 +514,12 @@ static _Noreturn void appender(const char *path, int fd) {
     mp.n_threads = 1;
     mp.n_ctx = N_CTX;
     model_ctx_t *c = model_ctx_new(g_m, &mp, NULL, 0, NULL);
-    if (!c || session_restore(s, c, session_n_tokens(s), NULL)) _exit(2);
+    if (!c || session_restore(s, c, 0, session_n_tokens(s), NULL)) _exit(2);
     for (int64_t i = session_n_turns(s);; i++) {
         int64_t p0 = session_n_tokens(s), p1 = turn_end(i);
         if (p1 > N_SEQ) break;
         if (model_eval(c, g_seq + p0, p1 - p0, NULL, NULL)) _exit(2);
-        if (session_append(s, c, g_seq + p0, p1 - p0, NULL)) _exit(2);
+        if (session_append(s, c, 0, g_seq + p0, p1 - p0, NULL)) _exit(2);
         int32_t k = (int32_t)session_n_turns(s);
         if (write(fd, &k, sizeof k) != (ssize_t)sizeof k) _exit(2);
     }
@@ -461,7 +565,7 @@ static void test_kill9_while_appending(void **state) {
         assert_memory_equal(session_tokens(s), g_seq, (size_t)n * sizeof(int32_t));
         if (n > 0) {
             tern_error_t err = {0};
-            assert_int_equal(session_restore(s, c, n - 1, &err), 0);
+            assert_int_equal(session_restore(s, c, 0, n - 1, &err), 0);
             assert_true(continue_matches(c, n - 1, n < N_SEQ ? n + 1 : n));
         }
         session_close(s);
@@ -479,6 +583,7 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_f16),
         cmocka_unit_test(test_roundtrip_f32),
         cmocka_unit_test(test_reopen_append_truncate),
+        cmocka_unit_test(test_shared_memory),
         cmocka_unit_test(test_wrong_model_and_kv_type),
         cmocka_unit_test(test_truncate_every_byte),
         cmocka_unit_test(test_random_corruption),

@@ -220,6 +220,14 @@ static int64_t run_len(const kv_layout_t *lo, int64_t pos, int64_t n) {
     return n < left ? n : left;
 }
 
+/* Blocks s could hold after dropping its own: the free ones plus those only
+ * it holds. */
+static int64_t seq_avail(const kv_cache_t *c, const kv_seq_t *s) {
+    int64_t avail = c->n_free;
+    for (int64_t i = 0; i < s->n_blk; i++) avail += c->ref[s->blk[i]] == 1;
+    return avail;
+}
+
 static void seq_drop_from(kv_cache_t *c, kv_seq_t *s, int64_t keep_blocks) {
     while (s->n_blk > keep_blocks) blk_drop(c, s->blk[--s->n_blk]);
 }
@@ -401,6 +409,11 @@ int kv_seq_copy(kv_cache_t *cd, int dst, const kv_cache_t *cs, int src, int64_t 
         return tern_err(err, TERN_EINVAL,
                         "kv cache: cannot copy %lld positions (the source holds %lld, the destination has room for %lld)",
                         (long long)n, (long long)s->n_pos, (long long)cd->lo.n_ctx);
+    /* Checked before dst is dropped, so that a full memory leaves it as it was. */
+    const int64_t need = (n + cd->lo.block_pos - 1) / cd->lo.block_pos, avail = seq_avail(cd, d);
+    if (need > avail)
+        return tern_err(err, TERN_EKVFULL, "KV memory full: %lld positions need %lld blocks, %lld are free",
+                        (long long)n, (long long)need, (long long)avail);
     kv_seq_remove(cd, dst);
     int rc = kv_seq_reserve(cd, dst, n, err);
     if (rc) return rc;
@@ -514,8 +527,7 @@ int kv_seq_read(kv_cache_t *c, int seq, kv_read_fn read, void *user, tern_error_
         return tern_err(err, TERN_EFORMAT, "kv cache: the input holds %llu positions, this cache has room for %lld",
                         (unsigned long long)n_pos, (long long)c->lo.n_ctx);
     /* The blocks it needs: the free ones plus those only this sequence holds. */
-    int64_t avail = c->n_free;
-    for (int64_t i = 0; i < s->n_blk; i++) avail += c->ref[s->blk[i]] == 1;
+    const int64_t avail = seq_avail(c, s);
     const int64_t need = ((int64_t)n_pos + c->lo.block_pos - 1) / c->lo.block_pos;
     if (need > avail)
         return tern_err(err, TERN_EKVFULL, "KV memory full: %llu positions need %lld blocks, %lld are free",

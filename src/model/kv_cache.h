@@ -140,8 +140,9 @@ void kv_seq_remove(kv_cache_t *c, int seq);
 int kv_seq_fork(kv_cache_t *c, int dst, int src, int64_t n, tern_error_t *err);
 /* dst (in memory cd) takes the first n positions of src (in memory cs) by
  * copying them (different memories: layouts compatible, n <= src's n_pos,
- * n <= dst's n_ctx; TERN_EKVFULL when its blocks are missing). On error
- * dst is left empty. cd == cs is kv_seq_fork. */
+ * n <= dst's n_ctx; TERN_EKVFULL when the free blocks and those only dst
+ * holds are too few). On error dst is left as it was (empty only after an
+ * ENOMEM). cd == cs is kv_seq_fork. */
 int kv_seq_copy(kv_cache_t *cd, int dst, const kv_cache_t *cs, int src, int64_t n, tern_error_t *err);
 
 /* The base pointer of a layer's K (or V), the one kern_attention takes;
