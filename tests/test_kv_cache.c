@@ -776,17 +776,38 @@ static void test_raw_range_f32(void **state) {
     raw_range(TYPE_F32);
 }
 
+/* n_ctx is the limit of one sequence even where the memory, rounded up to
+ * whole blocks, has room for more; the rest serves other sequences. */
+static void test_n_ctx_is_per_sequence(void **state) {
+    (void)state;
+    tern_error_t err = {0};
+    kv_layout_t lo;
+    assert_int_equal(kv_layout_init(&lo, TYPE_F32, 1, 10, 1, 4, 4, &err), 0);
+    kv_cache_t *c = kv_cache_new(&lo, 2, &err);
+    assert_non_null(c);
+    expect_err(kv_seq_reserve(c, 0, 11, &err), TERN_ECTXFULL, &err, "context size 10");
+    assert_int_equal(kv_seq_reserve(c, 0, 10, &err), 0);
+    assert_int_equal(kv_seq_commit(c, 0, 10, &err), 0);
+    expect_err(kv_seq_reserve(c, 0, 1, &err), TERN_ECTXFULL, &err, "context size 10");
+    /* Sequence 0 holds 3 blocks: all of them. */
+    expect_err(kv_seq_reserve(c, 1, 1, &err), TERN_EKVFULL, &err, "KV memory full");
+    kv_seq_remove(c, 0);
+    assert_int_equal(kv_seq_reserve(c, 1, 10, &err), 0);
+    kv_cache_free(c);
+}
+
 static void test_layout_and_writer(void **state) {
     (void)state;
     tern_error_t err = {0};
     kv_layout_t lo;
-    /* 10 positions in blocks of 4: 3 blocks, n_ctx rounded up to 12. */
+    /* 10 positions in blocks of 4: 3 blocks (12 positions of memory); n_ctx,
+     * the most one sequence may hold, stays 10. */
     assert_int_equal(kv_layout_init(&lo, TYPE_F16, 3, 10, 2, 8, 4, &err), 0);
     assert_int_equal(lo.elt_bytes, 2);
     assert_int_equal(lo.pos_bytes, 2 * 8 * 2);
     assert_int_equal(lo.block_pos, 4);
     assert_int_equal(lo.n_blocks, 3);
-    assert_int_equal(lo.n_ctx, 12);
+    assert_int_equal(lo.n_ctx, 10);
     assert_int_equal(lo.block_bytes, 4 * 2 * 8 * 2);
     assert_int_equal(lo.layer_bytes, 3 * 4 * 2 * 8 * 2);
     assert_int_equal(kv_cache_serialized_size(&lo, 4), KV_HEADER_BYTES + 2 * 3 * 4 * 32);
@@ -795,7 +816,7 @@ static void test_layout_and_writer(void **state) {
     assert_int_equal(kv_layout_init(&lod, TYPE_F16, 3, 10, 2, 8, 0, &err), 0);
     assert_int_equal(lod.block_pos, KV_BLOCK_POS_DEFAULT);
     assert_int_equal(lod.n_blocks, 1);
-    assert_int_equal(lod.n_ctx, KV_BLOCK_POS_DEFAULT);
+    assert_int_equal(lod.n_ctx, 10);
     assert_int_equal(kv_layout_init(&lod, TYPE_F16, 3, 10, 2, 8, -5, &err), 0);
     assert_int_equal(lod.block_pos, KV_BLOCK_POS_DEFAULT);
     /* A whole number of blocks stays as it is. */
@@ -1756,6 +1777,7 @@ int main(void) {
         cmocka_unit_test(test_copy_prefix_f16),     cmocka_unit_test(test_copy_prefix_f32),
         cmocka_unit_test(test_save_restore_f16),    cmocka_unit_test(test_save_restore_f32),
         cmocka_unit_test(test_restore_rejects_f16), cmocka_unit_test(test_restore_rejects_f32),
+        cmocka_unit_test(test_n_ctx_is_per_sequence),
         cmocka_unit_test(test_layout_and_writer),
         cmocka_unit_test(test_raw_range_f16),       cmocka_unit_test(test_raw_range_f32),
         cmocka_unit_test(test_reserve_all_or_nothing),

@@ -316,6 +316,7 @@ void kv_seq_store(kv_cache_t *c, int seq, int64_t layer, int64_t pos, int64_t n,
     const int64_t row = c->lo.n_head_kv * c->lo.head_dim;
     while (n > 0) {
         const int64_t m = run_len(&c->lo, pos, n), elems = m * row;
+        TERN_CHECK(c->ref[s->blk[pos / c->lo.block_pos]] == 1); /* reserved: copied if it was shared */
         unsigned char *kd = seq_row(c, s, 0, layer, pos), *vd = seq_row(c, s, 1, layer, pos);
         if (c->lo.type == TYPE_F32) {
             memcpy(kd, k, (size_t)elems * sizeof(float));
@@ -442,6 +443,7 @@ void kv_seq_put_raw(kv_cache_t *c, int seq, int64_t layer, int64_t pos, int64_t 
         if (!src[h]) continue;
         for (int64_t p = pos, left = n; left > 0;) {
             const int64_t m = run_len(&c->lo, p, left);
+            TERN_CHECK(c->ref[s->blk[p / c->lo.block_pos]] == 1);
             memcpy(seq_row(c, s, h, layer, p), src[h], (size_t)m * c->lo.pos_bytes);
             src[h] += (size_t)m * c->lo.pos_bytes;
             p += m;

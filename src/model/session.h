@@ -56,8 +56,10 @@ uint64_t session_cut_bytes(const session_t *s);    /* torn bytes cut off at open
 /* Load the first n_pos committed positions (tokens and KV rows) into
  * sequence seq of c, which is emptied first (n_pos <= session_n_tokens,
  * <= c's n_ctx, c's KV layout matches the fingerprint; TERN_EKVFULL when the
- * memory lacks the blocks). Each record read is checked against its
- * checksum again; on any error the sequence is left empty. */
+ * memory lacks the blocks). Bad arguments (sequence, layout, n_pos) leave
+ * the sequence as it was; past them it is emptied, each record read is
+ * checked against its checksum again, and any later error (TERN_EKVFULL
+ * included) leaves it empty. */
 int session_restore(session_t *s, model_ctx_t *c, int seq, int64_t n_pos, tern_error_t *err);
 /* The same into a bare memory (the fuzz target's). */
 int session_restore_kv(session_t *s, kv_cache_t *kv, int seq, int64_t n_pos, tern_error_t *err);
