@@ -74,6 +74,15 @@ typedef struct {
      * a->n columns: y[c * ldy + r]. */
     void (*run)(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y, int64_t ldy,
                 void *scratch);
+    /* Optional (0 / NULL: none): calls with n <= small_cols columns go to
+     * run_small instead of run, with run's contract, but the driver runs no
+     * prep for them (a->xg is NULL: run_small reads the act rows) and gives
+     * no scratch. For the few columns of batched decode, where a kernel
+     * that decodes the weights in registers and computes on them at once
+     * beats a decode into scratch. */
+    int small_cols;
+    void (*run_small)(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y,
+                      int64_t ldy);
 } kern_gemm_t;
 
 /* Several weight rows in one call, read block by block in lockstep, for

@@ -128,8 +128,10 @@ typedef struct {
     float *y;
     int64_t ldy;
     int64_t block_rows;
-    /* The format's own GEMM (n >= KERN_GEMM_MIN_COLS), or NULL. */
+    /* The format's own GEMM (n >= KERN_GEMM_MIN_COLS), or NULL; small: its
+     * run_small serves these columns. */
     const kern_gemm_t *gemm;
+    bool small;
     kern_gemm_args_t gargs;
     size_t scratch;
 } mv_job_t;
@@ -154,6 +156,10 @@ static inline void mv_row(const mv_job_t *j, const char *xa, int nc, float *cons
 static int mv_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
     (void)worker;
     const mv_job_t *j = ctx;
+    if (j->gemm && j->small) {
+        j->gemm->run_small(&j->gargs, j->w + (size_t)r0 * j->row_bytes, j->row_bytes, r1 - r0, j->y + r0, j->ldy);
+        return 0;
+    }
     if (j->gemm) {
         void *scratch = NULL;
         if (j->scratch) {
@@ -343,9 +349,11 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
     }
 
     /* The format's GEMM serves a matrix when there are enough columns. */
-    bool use_gemm[KERN_MAX_MULTI];
-    for (int i = 0; i < d->nm; i++)
+    bool use_gemm[KERN_MAX_MULTI], small[KERN_MAX_MULTI];
+    for (int i = 0; i < d->nm; i++) {
         use_gemm[i] = !d->xcol2[0] && d->n >= KERN_GEMM_MIN_COLS && ops[i]->gemm != NULL;
+        small[i] = use_gemm[i] && ops[i]->gemm->run_small && d->n <= ops[i]->gemm->small_cols;
+    }
 
     /* Group the matrices by act fn; lay out each group's columns. */
     act_group_t groups[KERN_MAX_MULTI];
@@ -378,7 +386,7 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
     const int64_t ncg = (d->n + KERN_GEMM_GROUP - 1) / KERN_GEMM_GROUP;
     for (int i = 0; i < d->nm; i++) {
         pi[i] = -1;
-        if (!use_gemm[i] || !ops[i]->gemm->prep) continue;
+        if (!use_gemm[i] || small[i] || !ops[i]->gemm->prep) continue;
         int p = 0;
         while (p < np && !(preps[p].ag == gi[i] && preps[p].gemm->prep == ops[i]->gemm->prep &&
                            preps[p].gemm->group_size == ops[i]->gemm->group_size))
@@ -457,12 +465,13 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
         if (use_gemm[i]) {
             const kern_gemm_t *gm = ops[i]->gemm;
             j->gemm = gm;
+            j->small = small[i];
             j->gargs = (kern_gemm_args_t){.k = k, .n = d->n, .xa = j->xa, .xa_stride = j->xa_stride};
             if (pi[i] >= 0) {
                 j->gargs.xg = preps[pi[i]].base;
                 j->gargs.xg_group = preps[pi[i]].group_bytes;
             }
-            j->scratch = gm->scratch_size ? gm->scratch_size(k) : 0;
+            j->scratch = !small[i] && gm->scratch_size ? gm->scratch_size(k) : 0;
         }
         int64_t br = (int64_t)(GEMM_BLOCK_BYTES / m->row_bytes);
         j->block_rows = br < 1 ? 1 : br;

@@ -183,6 +183,6 @@ static void gemm_run(const kern_gemm_args_t *a, const char *w, size_t row_bytes,
                                 float *y, int64_t ldy, void *scratch) {                                  \
         gemm_run(a, w, row_bytes, nrows, y, ldy, scratch, name##_pack, wsz);                             \
     }                                                                                                    \
-    static const kern_gemm_t name##_gemm = {gemm_group_size, gemm_prep, gemm_scratch_size, name##_gemm_run};
+    static const kern_gemm_t name##_gemm = {gemm_group_size, gemm_prep, gemm_scratch_size, name##_gemm_run, 0, NULL};
 
 #endif

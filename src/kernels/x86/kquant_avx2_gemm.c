@@ -762,14 +762,14 @@ GA_RUN_ENTRY(gv_run_q6k, 2, 1)
 
 /* One prep for Q4_K and Q5_K (matrices sharing an input and a prep share
  * its layout), one for Q6_K: each layout only what its kernel reads. */
-static const kern_gemm_t g_gemm_q4k = {ga_group_size_affine, ga_prep_affine, ga_scratch_size, ga_run_q4k};
-static const kern_gemm_t g_gemm_q5k = {ga_group_size_affine, ga_prep_affine, ga_scratch_size, ga_run_q5k};
-static const kern_gemm_t g_gemm_q6k = {ga_group_size_q6, ga_prep_q6, ga_scratch_size, ga_run_q6k};
+static const kern_gemm_t g_gemm_q4k = {ga_group_size_affine, ga_prep_affine, ga_scratch_size, ga_run_q4k, 0, NULL};
+static const kern_gemm_t g_gemm_q5k = {ga_group_size_affine, ga_prep_affine, ga_scratch_size, ga_run_q5k, 0, NULL};
+static const kern_gemm_t g_gemm_q6k = {ga_group_size_q6, ga_prep_q6, ga_scratch_size, ga_run_q6k, 0, NULL};
 /* AVX-VNNI: Q4_K / Q5_K with their own prep layout (gv_prep_affine), Q6_K
  * with ga_prep_q6's. */
-static const kern_gemm_t g_gemm_q4k_vnni = {ga_group_size_affine, gv_prep_affine, ga_scratch_size, gv_run_q4k};
-static const kern_gemm_t g_gemm_q5k_vnni = {ga_group_size_affine, gv_prep_affine, ga_scratch_size, gv_run_q5k};
-static const kern_gemm_t g_gemm_q6k_vnni = {ga_group_size_q6, ga_prep_q6, ga_scratch_size, gv_run_q6k};
+static const kern_gemm_t g_gemm_q4k_vnni = {ga_group_size_affine, gv_prep_affine, ga_scratch_size, gv_run_q4k, 0, NULL};
+static const kern_gemm_t g_gemm_q5k_vnni = {ga_group_size_affine, gv_prep_affine, ga_scratch_size, gv_run_q5k, 0, NULL};
+static const kern_gemm_t g_gemm_q6k_vnni = {ga_group_size_q6, ga_prep_q6, ga_scratch_size, gv_run_q6k, 0, NULL};
 
 const kern_gemm_t *const kquant_avx2_gemm[3] = {&g_gemm_q4k, &g_gemm_q5k, &g_gemm_q6k};
 const kern_gemm_t *const kquant_avx2_gemm_vnni[3] = {&g_gemm_q4k_vnni, &g_gemm_q5k_vnni, &g_gemm_q6k_vnni};

@@ -582,8 +582,8 @@ static void gq_run_q6k(const kern_gemm_args_t *a, const void *w, size_t rb, int6
 
 /* One prep (and group_size) for the three formats, so that matrices of
  * different K formats sharing an input share its layout. */
-static const kern_gemm_t g_gemm_q4k = {gq_group_size, gq_prep, gq_scratch_size, gq_run_q4k};
-static const kern_gemm_t g_gemm_q5k = {gq_group_size, gq_prep, gq_scratch_size, gq_run_q5k};
-static const kern_gemm_t g_gemm_q6k = {gq_group_size, gq_prep, gq_scratch_size, gq_run_q6k};
+static const kern_gemm_t g_gemm_q4k = {gq_group_size, gq_prep, gq_scratch_size, gq_run_q4k, 0, NULL};
+static const kern_gemm_t g_gemm_q5k = {gq_group_size, gq_prep, gq_scratch_size, gq_run_q5k, 0, NULL};
+static const kern_gemm_t g_gemm_q6k = {gq_group_size, gq_prep, gq_scratch_size, gq_run_q6k, 0, NULL};
 
 const kern_gemm_t *const kquant_avx512_gemm[3] = {&g_gemm_q4k, &g_gemm_q5k, &g_gemm_q6k};

@@ -585,7 +585,7 @@ TERN_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row_b
                            int64_t ldy, void *scratch) {                                                     \
         gemm_run(a, w, row_bytes, nrows, y, ldy, scratch, F, vtile);                                         \
     }                                                                                                        \
-    static const kern_gemm_t gemm_##name = {gsize, prep_##name, scratch_##name, run_##name};
+    static const kern_gemm_t gemm_##name = {gsize, prep_##name, scratch_##name, run_##name, 0, NULL};
 
 GEMM_FMT(q4_0, FMT_Q4_0, gemm_group_size, false, NULL)
 GEMM_FMT(q4_1, FMT_Q4_1, gemm_group_size, false, NULL)

@@ -283,6 +283,24 @@ TERN_INLINE __m512i col_partial(const wgroup_t *g, int sh, const char *a) {
     return _mm512_dpbusd_epi32(p, g->hi, _mm512_loadu_si512(a + LEGACY_OFF_HI));
 }
 
+/* kern_gemm_t.run_small of each format (legacy_avx512_matvec.c: the rows
+ * kernel on tiles of up to 8 columns), plain and VBMI + GFNI, for up to
+ * LEGACY_SMALL_COLS columns. */
+#define LEGACY_SMALL_COLS 16
+#define LEGACY_SMALL_DECL(name)                                                                                   \
+    void name(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y, int64_t ldy) \
+        __attribute__((visibility("hidden")));
+LEGACY_SMALL_DECL(legacy_small_q4_0)
+LEGACY_SMALL_DECL(legacy_small_q4_1)
+LEGACY_SMALL_DECL(legacy_small_q5_0)
+LEGACY_SMALL_DECL(legacy_small_q5_1)
+LEGACY_SMALL_DECL(legacy_small_q8_0)
+LEGACY_SMALL_DECL(legacy_small_q4_0_vbmi)
+LEGACY_SMALL_DECL(legacy_small_q4_1_vbmi)
+LEGACY_SMALL_DECL(legacy_small_q5_0_vbmi)
+LEGACY_SMALL_DECL(legacy_small_q5_1_vbmi)
+LEGACY_SMALL_DECL(legacy_small_q8_0_vbmi)
+
 /* The GEMMs of legacy_avx512_gemm.c by format (FMT_*): plain, and with the
  * VBMI + GFNI decode (only for CPUs with both). */
 extern const kern_gemm_t *const legacy_avx512_gemm[FMT_COUNT];

@@ -27,6 +27,11 @@
  *    a 256-bit vpdpbusd is half the work of a 512-bit one, so 8 columns no
  *    longer cost what 16 do (measured: `tern bench kernels --gemm-n`).
  *
+ * Up to LEGACY_SMALL_COLS = 16 columns (batched decode) the driver calls
+ *    run_small instead (legacy_avx512_matvec.c: the rows kernel on tiles of
+ *    up to 8 columns, weights decoded in registers, four far-apart rows at
+ *    a time): no decode into scratch, no prep. At N = 8 it costs about
+ *    half of the path above (4096 x 4096 from RAM, 2 threads).
  */
 #if defined(__x86_64__)
 
@@ -401,16 +406,16 @@ GEMM_RUN(, run_q5_0_vbmi, dec_q5_0_vbmi, false)
 GEMM_RUN(, run_q5_1_vbmi, dec_q5_1_vbmi, true)
 GEMM_RUN(, run_q8_0_vbmi, dec_q8_0_vbmi, false)
 
-static const kern_gemm_t gemm_q4_0 = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q4_0};
-static const kern_gemm_t gemm_q4_1 = {gsize_q8_1, prep_q8_1, gemm_scratch_size, run_q4_1};
-static const kern_gemm_t gemm_q5_0 = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q5_0};
-static const kern_gemm_t gemm_q5_1 = {gsize_q8_1, prep_q8_1, gemm_scratch_size, run_q5_1};
-static const kern_gemm_t gemm_q8_0 = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q8_0};
-static const kern_gemm_t gemm_q4_0_vbmi = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q4_0_vbmi};
-static const kern_gemm_t gemm_q4_1_vbmi = {gsize_q8_1, prep_q8_1, gemm_scratch_size, run_q4_1_vbmi};
-static const kern_gemm_t gemm_q5_0_vbmi = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q5_0_vbmi};
-static const kern_gemm_t gemm_q5_1_vbmi = {gsize_q8_1, prep_q8_1, gemm_scratch_size, run_q5_1_vbmi};
-static const kern_gemm_t gemm_q8_0_vbmi = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q8_0_vbmi};
+static const kern_gemm_t gemm_q4_0 = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q4_0, LEGACY_SMALL_COLS, legacy_small_q4_0};
+static const kern_gemm_t gemm_q4_1 = {gsize_q8_1, prep_q8_1, gemm_scratch_size, run_q4_1, LEGACY_SMALL_COLS, legacy_small_q4_1};
+static const kern_gemm_t gemm_q5_0 = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q5_0, LEGACY_SMALL_COLS, legacy_small_q5_0};
+static const kern_gemm_t gemm_q5_1 = {gsize_q8_1, prep_q8_1, gemm_scratch_size, run_q5_1, LEGACY_SMALL_COLS, legacy_small_q5_1};
+static const kern_gemm_t gemm_q8_0 = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q8_0, LEGACY_SMALL_COLS, legacy_small_q8_0};
+static const kern_gemm_t gemm_q4_0_vbmi = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q4_0_vbmi, LEGACY_SMALL_COLS, legacy_small_q4_0_vbmi};
+static const kern_gemm_t gemm_q4_1_vbmi = {gsize_q8_1, prep_q8_1, gemm_scratch_size, run_q4_1_vbmi, LEGACY_SMALL_COLS, legacy_small_q4_1_vbmi};
+static const kern_gemm_t gemm_q5_0_vbmi = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q5_0_vbmi, LEGACY_SMALL_COLS, legacy_small_q5_0_vbmi};
+static const kern_gemm_t gemm_q5_1_vbmi = {gsize_q8_1, prep_q8_1, gemm_scratch_size, run_q5_1_vbmi, LEGACY_SMALL_COLS, legacy_small_q5_1_vbmi};
+static const kern_gemm_t gemm_q8_0_vbmi = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q8_0_vbmi, LEGACY_SMALL_COLS, legacy_small_q8_0_vbmi};
 
 const kern_gemm_t *const legacy_avx512_gemm[FMT_COUNT] = {&gemm_q4_0, &gemm_q4_1, &gemm_q5_0, &gemm_q5_1, &gemm_q8_0};
 const kern_gemm_t *const legacy_avx512_gemm_vbmi[FMT_COUNT] = {&gemm_q4_0_vbmi, &gemm_q4_1_vbmi, &gemm_q5_0_vbmi,

@@ -196,6 +196,10 @@ TERN_INLINE void dot_grp(const wgroup_t *g, int sh, bool min, const char *xa, si
 
 /* ---- rows: 2..4 rows in lockstep, 1..2 columns --------------------------- */
 
+/* Columns of one rows kernel call: 2 for the matvec (kern_rows_fn), up to
+ * 8 for the few-column GEMM (GEMM_SMALL). */
+#define ROWS_MAX_COLS 8
+
 /* One group of nr rows (g[0..nr-1]) against nc columns: acc[c] lane 4j+i
  * = row i's chain j for column c. */
 TERN_INLINE void rows_grp(const wgroup_t *g, int nr, int sh, bool min, const char *xa, size_t st, int64_t gi,
@@ -207,10 +211,14 @@ TERN_INLINE void rows_grp(const wgroup_t *g, int nr, int sh, bool min, const cha
     if (nr > 2) sc = _mm512_mask_blend_epi16(0x44444444u, sc, g[2].sc);
     if (nr > 3) sc = _mm512_mask_blend_epi16(0x88888888u, sc, g[3].sc);
     const __m512 dw = scales_d(sc);
-    _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {
+    _Pragma("GCC unroll 8") for (int c = 0; c < nc && c < ROWS_MAX_COLS; c++) {
         const char *a = xa + (size_t)c * st + (size_t)gi * LEGACY_GROUP_BYTES;
+        /* col_partial's start value, once per column for all rows */
+        const __m512i s0 = sh ? _mm512_slli_epi32(_mm512_loadu_si512(a + LEGACY_OFF_NSUM), (unsigned)sh) : _mm512_setzero_si512();
+        const __m512i alo = _mm512_loadu_si512(a + LEGACY_OFF_LO), ahi = _mm512_loadu_si512(a + LEGACY_OFF_HI);
         __m512i p[4];
-        _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) p[r] = r < nr ? col_partial(&g[r], sh, a) : _mm512_setzero_si512();
+        _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) p[r] = r < nr ? _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(s0, g[r].lo, alo), g[r].hi, ahi)
+                                                                         : _mm512_setzero_si512();
         const __m512i i = treduce4(p[0], p[1], p[2], p[3]);
         acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_mul_ps(dw, _mm512_loadu_ps(a + LEGACY_OFF_DEXP)), acc[c]);
         if (min)
@@ -220,13 +228,16 @@ TERN_INLINE void rows_grp(const wgroup_t *g, int nr, int sh, bool min, const cha
 
 #define BLOCK_ROWS(name, wblock, fmt, sh, min) BLOCK_ROWS_A(, name, wblock, grp_plain, fmt, sh, min)
 #define BLOCK_ROWS_A(attr, name, wblock, grp, fmt, sh, min)                                                   \
-    TERN_INLINE attr void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
-                                        size_t st, const int nc, float *out) {                                \
+    TERN_INLINE attr void name##_rows_x(int64_t k, const void *const *wr, const int nr, const char *xa,     \
+                                          size_t st, const int nc, float *out, size_t ost, size_t cst) {       \
         TERN_CHECK(k % QK == 0);                                                                             \
         const int64_t nb = k / QK, ng = nb / LEGACY_GROUP;                                                   \
         const size_t gb = LEGACY_GROUP * sizeof(wblock);                                                     \
-        __m512 acc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};                                          \
+        __m512 acc[ROWS_MAX_COLS];                                                                           \
+        _Pragma("GCC unroll 8") for (int c = 0; c < ROWS_MAX_COLS; c++) acc[c] = _mm512_setzero_ps();        \
         wgroup_t g[KERN_MAX_ROWS];                                                                           \
+        _Pragma("GCC unroll 4") for (int r = 0; r < KERN_MAX_ROWS; r++) g[r].lo = g[r].hi = g[r].sc =        \
+            _mm512_setzero_si512();                                                                          \
         int64_t gi = 0;                                                                                      \
         for (; gi + 2 <= ng; gi += 2) {                                                                      \
             _Pragma("GCC unroll 4") for (int r = 0; r < nr; r++) {                                           \
@@ -250,12 +261,65 @@ TERN_INLINE void rows_grp(const wgroup_t *g, int nr, int sh, bool min, const cha
                 g[r] = grp##_n((const uint8_t *)wr[r] + (size_t)gi * gb, fmt, (int)(nb % LEGACY_GROUP));     \
             rows_grp(g, nr, sh, min, xa, st, gi, nc, acc);                                                   \
         }                                                                                                    \
-        _Pragma("GCC unroll 2") for (int c = 0; c < nc; c++) {                                               \
+        _Pragma("GCC unroll 8") for (int c = 0; c < nc && c < ROWS_MAX_COLS; c++) {                                               \
             float r[4];                                                                                      \
             _mm_storeu_ps(r, final4(acc[c]));                                                                \
-            for (int i = 0; i < nr; i++) out[i * nc + c] = r[i];                                             \
+            for (int i = 0; i < nr; i++) out[i * ost + c * cst] = r[i];                                      \
+        }                                                                                                    \
+    }                                                                                                        \
+    TERN_INLINE attr void name##_rows(int64_t k, const void *const *wr, const int nr, const char *xa,       \
+                                        size_t st, const int nc, float *out) {                                \
+        name##_rows_x(k, wr, nr, xa, st, nc, out, (size_t)nc, 1);                                            \
+    }
+
+/* ---- GEMM for a few columns (kern_gemm_t.run_small) ---------------------- */
+
+/* The rows kernel on up to ROWS_MAX_COLS columns: the weights are decoded
+ * in registers, four rows at a time, and every column of a tile computes
+ * on them at once; no prep, no scratch. The rows come from four far-apart
+ * streams, as in the matvec driver (several prefetch streams per core);
+ * columns in tiles of at most ROWS_MAX_COLS (balanced: 12 = 6 + 6), each
+ * tile decoding the four rows again (from L1). Every (row, column) is the
+ * rows kernel's, so the dot's bits. */
+#define SMALL_NC(body, nr, nc, ...)                            \
+    switch (nc) {                                              \
+    case 1: body(__VA_ARGS__, nr, 1); break;                   \
+    case 2: body(__VA_ARGS__, nr, 2); break;                   \
+    case 3: body(__VA_ARGS__, nr, 3); break;                   \
+    case 4: body(__VA_ARGS__, nr, 4); break;                   \
+    case 5: body(__VA_ARGS__, nr, 5); break;                   \
+    case 6: body(__VA_ARGS__, nr, 6); break;                   \
+    case 7: body(__VA_ARGS__, nr, 7); break;                   \
+    default: body(__VA_ARGS__, nr, 8); break;                  \
+    }
+#define GEMM_SMALL(attr, fname, body)                                                                         \
+    attr void fname(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y,       \
+                    int64_t ldy) {                                                                            \
+        const int64_t n = a->n, nt = (n + ROWS_MAX_COLS - 1) / ROWS_MAX_COLS;                                \
+        const int64_t q = nrows >= 16 ? nrows / 4 : 0; /* rows per stream */                                \
+        const char *x = a->xa;                                                                               \
+        const size_t st = a->xa_stride;                                                                      \
+        {                                                                                                    \
+            for (int64_t i = 0; i < q; i++) {                                                                \
+                const void *wr[4];                                                                           \
+                for (int s = 0; s < 4; s++) wr[s] = (const char *)w + (size_t)(s * q + i) * row_bytes;       \
+                for (int64_t t = 0; t < nt; t++) {                                                           \
+                    const int64_t c0 = t * n / nt, nc = (t + 1) * n / nt - c0;                               \
+                    SMALL_NC(SMALL_BODY, 4, nc, body, wr, x + (size_t)c0 * st, st, y + c0 * ldy + i, (size_t)q, (size_t)ldy) \
+                }                                                                                            \
+            }                                                                                                \
+        }                                                                                                    \
+        for (int64_t r = 4 * q; r < nrows; r += 4) {                                                         \
+            const int nr = nrows - r < 4 ? (int)(nrows - r) : 4;                                             \
+            const void *wr[4];                                                                               \
+            for (int s = 0; s < nr; s++) wr[s] = (const char *)w + (size_t)(r + s) * row_bytes;              \
+            for (int64_t t = 0; t < nt; t++) {                                                               \
+                const int64_t c0 = t * n / nt, nc = (t + 1) * n / nt - c0;                                   \
+                body##_rows_x(a->k, wr, nr, x + (size_t)c0 * st, st, (int)nc, y + c0 * ldy + r, 1, (size_t)ldy); \
+            }                                                                                                \
         }                                                                                                    \
     }
+#define SMALL_BODY(body, wr, xc, st, out, ost, cst, nr, nc) body##_rows_x(a->k, wr, nr, xc, st, nc, out, ost, cst)
 
 /* ---- the entry points of dot and rows ------------------------------------- */
 
@@ -306,6 +370,17 @@ ROWS_ENTRY_A(VBMI, rows_q4_1_vbmi, q4_1_vbmi_rows, dot_q4_1_vbmi)
 ROWS_ENTRY_A(VBMI, rows_q5_0_vbmi, q5_0_vbmi_rows, dot_q5_0_vbmi)
 ROWS_ENTRY_A(VBMI, rows_q5_1_vbmi, q5_1_vbmi_rows, dot_q5_1_vbmi)
 ROWS_ENTRY_A(VBMI, rows_q8_0_vbmi, q8_0_vbmi_rows, dot_q8_0_vbmi)
+
+GEMM_SMALL(, legacy_small_q4_0, q4_0)
+GEMM_SMALL(, legacy_small_q4_1, q4_1)
+GEMM_SMALL(, legacy_small_q5_0, q5_0)
+GEMM_SMALL(, legacy_small_q5_1, q5_1)
+GEMM_SMALL(, legacy_small_q8_0, q8_0)
+GEMM_SMALL(VBMI, legacy_small_q4_0_vbmi, q4_0_vbmi)
+GEMM_SMALL(VBMI, legacy_small_q4_1_vbmi, q4_1_vbmi)
+GEMM_SMALL(VBMI, legacy_small_q5_0_vbmi, q5_0_vbmi)
+GEMM_SMALL(VBMI, legacy_small_q5_1_vbmi, q5_1_vbmi)
+GEMM_SMALL(VBMI, legacy_small_q8_0_vbmi, q8_0_vbmi)
 
 /* ---- activation quantizers ------------------------------------------------ */
 
