@@ -281,17 +281,6 @@ TERN_INLINE void rows_grp(const wgroup_t *g, int nr, int sh, bool min, const cha
  * columns in tiles of at most ROWS_MAX_COLS (balanced: 12 = 6 + 6), each
  * tile decoding the four rows again (from L1). Every (row, column) is the
  * rows kernel's, so the dot's bits. */
-#define SMALL_NC(body, nr, nc, ...)                            \
-    switch (nc) {                                              \
-    case 1: body(__VA_ARGS__, nr, 1); break;                   \
-    case 2: body(__VA_ARGS__, nr, 2); break;                   \
-    case 3: body(__VA_ARGS__, nr, 3); break;                   \
-    case 4: body(__VA_ARGS__, nr, 4); break;                   \
-    case 5: body(__VA_ARGS__, nr, 5); break;                   \
-    case 6: body(__VA_ARGS__, nr, 6); break;                   \
-    case 7: body(__VA_ARGS__, nr, 7); break;                   \
-    default: body(__VA_ARGS__, nr, 8); break;                  \
-    }
 #define GEMM_SMALL(attr, fname, body)                                                                         \
     attr void fname(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y,       \
                     int64_t ldy) {                                                                            \
@@ -305,7 +294,8 @@ TERN_INLINE void rows_grp(const wgroup_t *g, int nr, int sh, bool min, const cha
                 for (int s = 0; s < 4; s++) wr[s] = (const char *)w + (size_t)(s * q + i) * row_bytes;       \
                 for (int64_t t = 0; t < nt; t++) {                                                           \
                     const int64_t c0 = t * n / nt, nc = (t + 1) * n / nt - c0;                               \
-                    SMALL_NC(SMALL_BODY, 4, nc, body, wr, x + (size_t)c0 * st, st, y + c0 * ldy + i, (size_t)q, (size_t)ldy) \
+                    body##_rows_x(a->k, wr, 4, x + (size_t)c0 * st, st, (int)nc, y + c0 * ldy + i, (size_t)q,      \
+                                  (size_t)ldy);                                                                \
                 }                                                                                            \
             }                                                                                                \
         }                                                                                                    \
@@ -319,7 +309,6 @@ TERN_INLINE void rows_grp(const wgroup_t *g, int nr, int sh, bool min, const cha
             }                                                                                                \
         }                                                                                                    \
     }
-#define SMALL_BODY(body, wr, xc, st, out, ost, cst, nr, nc) body##_rows_x(a->k, wr, nr, xc, st, nc, out, ost, cst)
 
 /* ---- the entry points of dot and rows ------------------------------------- */
 
