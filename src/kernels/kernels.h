@@ -53,6 +53,8 @@ typedef void (*kern_act_fn)(const float *x, void *xa, int64_t k);
  * (zeros are fine): run may compute on them, it never stores them. */
 #define KERN_GEMM_GROUP 16
 #define KERN_GEMM_MIN_COLS (KERN_MAX_COLS + 1)
+/* Fewest columns that go to a format's run_small (below: matvec, matvec2). */
+#define KERN_GEMM_SMALL_MIN_COLS 3
 typedef struct {
     int64_t k, n;           /* row length; columns */
     const void *xa;         /* act rows: column c at (const char *)xa + c * xa_stride */
@@ -74,8 +76,8 @@ typedef struct {
      * a->n columns: y[c * ldy + r]. */
     void (*run)(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y, int64_t ldy,
                 void *scratch);
-    /* Optional (0 / NULL: none): calls with n <= small_cols columns go to
-     * run_small instead of run, with run's contract, but the driver runs no
+    /* Optional (0 / NULL: none): calls with KERN_GEMM_SMALL_MIN_COLS <= n
+     * <= small_cols columns go to run_small instead of run (or the dot fn), with run's contract, but the driver runs no
      * prep for them (a->xg is NULL: run_small reads the act rows) and gives
      * no scratch. For the few columns of batched decode, where a kernel
      * that decodes the weights in registers and computes on them at once

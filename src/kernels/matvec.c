@@ -351,8 +351,12 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
     /* The format's GEMM serves a matrix when there are enough columns. */
     bool use_gemm[KERN_MAX_MULTI], small[KERN_MAX_MULTI];
     for (int i = 0; i < d->nm; i++) {
-        use_gemm[i] = !d->xcol2[0] && d->n >= KERN_GEMM_MIN_COLS && ops[i]->gemm != NULL;
-        small[i] = use_gemm[i] && ops[i]->gemm->run_small && d->n <= ops[i]->gemm->small_cols;
+        const kern_gemm_t *g = ops[i]->gemm;
+        /* A format with a few-column kernel takes 3 and 4 columns there too
+         * (it reads each weight once for all of them; the dot fn tiles do
+         * too but decode per column pair). */
+        small[i] = !d->xcol2[0] && g && g->run_small && d->n >= KERN_GEMM_SMALL_MIN_COLS && d->n <= g->small_cols;
+        use_gemm[i] = small[i] || (!d->xcol2[0] && d->n >= KERN_GEMM_MIN_COLS && g != NULL);
     }
 
     /* Group the matrices by act fn; lay out each group's columns. */
