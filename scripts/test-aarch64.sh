@@ -7,14 +7,15 @@
 # with the expected dot-product flag, so a pass means the NEON code ran.
 # Which tests cover NEON: test_kernels (every ISA the CPU has against the
 # scalar kernels, thread and column bit-identity), test_model and
-# test_model_invariance (whole models through the active ISA, NEON here).
+# test_model_invariance (whole models through the active ISA, NEON here),
+# test_batch (many sequences in one batch byte-identical to each alone, on NEON).
 # test_quant_legacy / test_quant_k add the NEON entries to their own tables
 # on aarch64, so they also check NEON against the scalar oracle (exact
 # integer sums, byte-identical activation rows, multi-column bit-identity).
 #
 # Usage: scripts/test-aarch64.sh [--install] [TEST ...]
 #   TEST      test executables to run (default: test_quant_legacy test_quant_k
-#             test_kernels test_model test_model_invariance)
+#             test_kernels test_model test_model_invariance test_batch)
 #   --install install the missing Debian packages first (apt-get; root)
 # Environment:
 #   BUILD  build directory (default build/aarch64)
@@ -43,7 +44,7 @@ for a in "$@"; do
     *) TESTS="$TESTS $a" ;;
   esac
 done
-[ -n "$TESTS" ] || TESTS="test_quant_legacy test_quant_k test_kernels test_model test_model_invariance"
+[ -n "$TESTS" ] || TESTS="test_quant_legacy test_quant_k test_kernels test_model test_model_invariance test_batch"
 
 # ---- prerequisites ------------------------------------------------------------
 PKGS="gcc-$TRIPLE qemu-user libcmocka-dev:arm64 libpcre2-dev:arm64 libutf8proc-dev:arm64 libhwloc-dev:arm64"
