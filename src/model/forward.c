@@ -257,7 +257,9 @@ static int grow(void **p, int64_t *cap, int64_t n, size_t sz) {
     return 0;
 }
 
-int model_decode(model_ctx_t *c, const model_tok_t *toks, int64_t n, tern_error_t *err) {
+/* model_decode, the logits into ext (n_out x V, in the sorted order) when
+ * it is not NULL instead of the context's buffer. */
+static int decode(model_ctx_t *c, const model_tok_t *toks, int64_t n, float *ext, tern_error_t *err) {
     if (!c || (!toks && n > 0) || n < 0) return tern_err(err, TERN_EINVAL, "model_decode: bad arguments");
     c->n_out = 0;
     if (n == 0) return 0;
@@ -318,8 +320,9 @@ int model_decode(model_ctx_t *c, const model_tok_t *toks, int64_t n, tern_error_
                             "follow on without gaps or repeats)",
                             e->seq, (long long)e->pos, (long long)want);
     }
-    if (grow((void **)&c->out, &c->out_cap, n_out * V, sizeof *c->out))
+    if (!ext && grow((void **)&c->out, &c->out_cap, n_out * V, sizeof *c->out))
         return tern_err(err, TERN_ENOMEM, "model: out of memory for the logits of %lld tokens", (long long)n_out);
+    float *const out = ext ? ext : c->out;
 
     /* Reserve every sequence's blocks, all or nothing (one sequence at a
      * time would leave an earlier one's copy-on-write block behind when a
@@ -335,7 +338,7 @@ int model_decode(model_ctx_t *c, const model_tok_t *toks, int64_t n, tern_error_
         const model_tok_t *t = c->bt + off;
         int64_t bo = 0;
         for (int64_t i = 0; i < nb; i++) bo += t[i].logits;
-        rc = forward_block(c, t, nb, bo, c->out + o * V, err);
+        rc = forward_block(c, t, nb, bo, out + o * V, err);
         if (rc) break;
         for (int64_t i = 0; i < nb;) {
             int64_t r = 1;
@@ -358,9 +361,13 @@ int model_decode(model_ctx_t *c, const model_tok_t *toks, int64_t n, tern_error_
                 (void)kv_seq_truncate(c->kv, c->bt[i].seq, kv_seq_n_pos(c->kv, c->bt[i].seq), NULL);
         return rc;
     }
-    c->n_out = n_out;
+    c->n_out = ext ? 0 : n_out;
     c->n_entries = n;
     return 0;
+}
+
+int model_decode(model_ctx_t *c, const model_tok_t *toks, int64_t n, tern_error_t *err) {
+    return decode(c, toks, n, NULL, err);
 }
 
 const float *model_ctx_out(const model_ctx_t *c, int64_t i) {
@@ -376,10 +383,11 @@ int model_eval(model_ctx_t *c, const int32_t *ids, int64_t n, float *logits_all,
     if (!t) return tern_err(err, TERN_ENOMEM, "model: out of memory for %lld tokens", (long long)n);
     for (int64_t i = 0; i < n; i++)
         t[i] = (model_tok_t){0, ids[i], MODEL_POS_APPEND, logits_all != NULL || i == n - 1};
-    int rc = model_decode(c, t, n, err);
+    /* One sequence appended in order: the sorted order is the entries'
+     * order, so every position's logits go straight into logits_all. */
+    int rc = decode(c, t, n, logits_all, err);
     free(t);
     if (rc) return rc;
-    if (logits_all) memcpy(logits_all, c->out, (size_t)n * (size_t)V * sizeof(float));
-    memcpy(c->logits, c->out + (c->n_out - 1) * V, (size_t)V * sizeof(float));
+    memcpy(c->logits, logits_all ? logits_all + (n - 1) * V : c->out + (c->n_out - 1) * V, (size_t)V * sizeof(float));
     return 0;
 }

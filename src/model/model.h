@@ -158,8 +158,9 @@ typedef struct {
  * as it was: TERN_EINVAL (a bad entry), TERN_ECTXFULL (a sequence would pass
  * n_ctx), TERN_EKVFULL (not enough free KV blocks), or a kernel failure. */
 int model_decode(model_ctx_t *c, const model_tok_t *toks, int64_t n, tern_error_t *err);
-/* The logits (n_vocab) of entry i of the last model_decode (or model_eval),
- * NULL when it did not ask for them; valid until the next call. */
+/* The logits (n_vocab) of entry i of the last model_decode (or model_eval
+ * without logits_all), NULL when it did not ask for them; valid until the
+ * next call. */
 const float *model_ctx_out(const model_ctx_t *c, int64_t i);
 
 const char *model_arch_name(model_arch_t a);
