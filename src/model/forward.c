@@ -125,26 +125,88 @@ static void rmsnorm_rows(float *out, const float *x, const float *w, int64_t row
     for (int64_t i = 0; i < rows; i++) kern_rmsnorm(out + i * width, x + i * width, w, width, eps);
 }
 
-/* y (rows, width) += b, row by row. */
-static void add_rows(float *y, const float *b, int64_t rows, int64_t width) {
-    for (int64_t i = 0; i < rows; i++) kern_add(y + i * width, b, width);
-}
+/* ---- per-token steps ------------------------------------------------------------ */
 
-/* x (n, n_heads, HD): RoPE of row i at its token's position. */
-static void rope_rows(const kern_rope_t *rope, float *x, const model_tok_t *t, int64_t n, int64_t n_heads,
-                      int64_t head_dim) {
-    for (int64_t i = 0; i < n; i++) kern_rope(rope, x + i * n_heads * head_dim, (int)n_heads, (int)head_dim, t[i].pos);
-}
+/* The steps between the matrix products work on each token's row alone
+ * (norms, biases, RoPE at its position, the KV store into its sequence,
+ * SiLU, residual adds). With several tokens they run as one pool dispatch
+ * over the rows, so the other threads do not wait while the caller does
+ * them; each row's arithmetic is the same whichever thread runs it. */
+typedef enum {
+    STEP_NORM,       /* xb = rmsnorm(x) * w */
+    STEP_QKV,        /* biases, per-head Q/K norms, RoPE, the KV store of layer l */
+    STEP_RESID_NORM, /* x += xb2, then xb = rmsnorm(x) * w (w NULL: the add alone) */
+    STEP_SILU        /* hb = silu(hb) * hb2 */
+} step_t;
 
-/* K and V rows (n, KVD) of layer l into the memory, a run of consecutive
- * positions of one sequence at a time. */
-static void store_kv(model_ctx_t *c, int64_t l, const model_tok_t *t, int64_t n, int64_t KVD) {
-    for (int64_t i = 0; i < n;) {
-        int64_t r = 1;
-        while (i + r < n && t[i + r].seq == t[i].seq && t[i + r].pos == t[i].pos + r) r++;
-        kv_seq_store(c->kv, t[i].seq, l, t[i].pos, r, c->k + i * KVD, c->v + i * KVD);
-        i += r;
+typedef struct {
+    model_ctx_t *c;
+    const model_tok_t *t;
+    const model_layer_t *L;
+    const kern_rope_t *rope;
+    const float *w;
+    int64_t l;
+    step_t step;
+} step_job_t;
+
+static int step_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+    (void)worker;
+    const step_job_t *j = ctx;
+    model_ctx_t *c = j->c;
+    const model_hparams_t *hp = &c->m->hp;
+    const int64_t D = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
+    const int64_t QD = NH * HD, KVD = NKV * HD, F = hp->n_ff;
+    const float eps = hp->rms_eps;
+    for (int64_t i = r0; i < r1; i++) {
+        switch (j->step) {
+        case STEP_NORM: kern_rmsnorm(c->xb + i * D, c->x + i * D, j->w, D, eps); break;
+        case STEP_QKV: {
+            const model_layer_t *L = j->L;
+            float *q = c->q + i * QD, *k = c->k + i * KVD, *v = c->v + i * KVD;
+            /* qwen2: q, k, v += bq, bk, bv */
+            if (L->bq) {
+                kern_add(q, L->bq, QD);
+                kern_add(k, L->bk, KVD);
+                kern_add(v, L->bv, KVD);
+            }
+            /* qwen3: every head of q (NH, HD) and k (NKV, HD) = rmsnorm(head) * q_norm, k_norm */
+            if (L->q_norm) {
+                rmsnorm_rows(q, q, L->q_norm, NH, HD, eps);
+                rmsnorm_rows(k, k, L->k_norm, NKV, HD, eps);
+            }
+            /* RoPE(q), RoPE(k) at the token's position */
+            kern_rope(j->rope, q, (int)NH, (int)HD, j->t[i].pos);
+            kern_rope(j->rope, k, (int)NKV, (int)HD, j->t[i].pos);
+            /* K[l], V[l] of its sequence at its position = k, v */
+            kv_seq_store(c->kv, j->t[i].seq, j->l, j->t[i].pos, 1, k, v);
+            break;
+        }
+        case STEP_RESID_NORM:
+            kern_add(c->x + i * D, c->xb2 + i * D, D);
+            if (j->w) kern_rmsnorm(c->xb + i * D, c->x + i * D, j->w, D, eps);
+            break;
+        case STEP_SILU: kern_silu_mul(c->hb + i * F, c->hb2 + i * F, F); break;
+        }
     }
+    return 0;
+}
+
+/* One step over the n rows: on the caller for one row, else one dispatch. */
+static int step(model_ctx_t *c, step_t st, const model_tok_t *t, int64_t n, const model_layer_t *L, int64_t l,
+                const kern_rope_t *rope, const float *w, tern_error_t *err) {
+    step_job_t j = {c, t, L, rope, w, l, st};
+    if (n == 1) return step_rows(&j, 0, 1, 0);
+    const model_hparams_t *hp = &c->m->hp;
+    /* cost of a row in the pool's unit, bytes of streamed work (its gate
+     * needs a magnitude): the bytes a norm or an add touches; an expf
+     * (SiLU) or a sin/cos pair (RoPE) counted like 64 and 512 bytes, about
+     * what a matvec streams in the same time */
+    int64_t cost = 20 * hp->n_embd;
+    if (st == STEP_SILU) cost = 64 * hp->n_ff;
+    if (st == STEP_QKV)
+        cost = 512 * (hp->n_head + hp->n_head_kv) * (hp->n_rot / 2) + 16 * (hp->n_head + 2 * hp->n_head_kv) * hp->head_dim;
+    tern_range_t r = {step_rows, &j, n, 1, cost};
+    return tern_pool_run(c->pool, &r, 1, err);
 }
 
 /* ---- the forward pass ---------------------------------------------------------- */
@@ -160,8 +222,7 @@ static int forward_block(model_ctx_t *c, const model_tok_t *t, int64_t n, int64_
                          tern_error_t *err) {
     const model_t *m = c->m;
     const model_hparams_t *hp = &m->hp;
-    const int64_t D = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
-    const int64_t QD = NH * HD, KVD = NKV * HD, F = hp->n_ff;
+    const int64_t D = hp->n_embd;
     const float eps = hp->rms_eps;
     const kern_rope_t rope = {hp->rope_freq_base, hp->rope_freq_scale, m->rope_factors, hp->rope_neox, (int)hp->n_rot};
 
@@ -172,55 +233,38 @@ static int forward_block(model_ctx_t *c, const model_tok_t *t, int64_t n, int64_
     }
     TRY(embed(m, c->ids, n, c->x, err));
 
+    /* xb (n, D) = rmsnorm(x) * attn_norm of layer 0 */
+    TRY(step(c, STEP_NORM, t, n, NULL, 0, &rope, m->layers[0].attn_norm, err));
+
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const model_layer_t *L = &m->layers[l];
 
         /* ---- attention ---- */
-        /* xb (n, D) = rmsnorm(x) * attn_norm */
-        rmsnorm_rows(c->xb, c->x, L->attn_norm, n, D, eps);
-
         /* q (n, QD), k (n, KVD), v (n, KVD) = xb Wq^T, xb Wk^T, xb Wv^T: one dispatch */
         TRY(matmul3(c, &c->prof.qkv, c->xb, n, &L->wq, c->q, &L->wk, c->k, &L->wv, c->v, err));
 
-        /* qwen2: q, k, v += bq, bk, bv */
-        if (L->bq) {
-            add_rows(c->q, L->bq, n, QD);
-            add_rows(c->k, L->bk, n, KVD);
-            add_rows(c->v, L->bv, n, KVD);
-        }
-        /* qwen3: every head of q (n, NH, HD) and k (n, NKV, HD) = rmsnorm(head) * q_norm, k_norm */
-        if (L->q_norm) {
-            rmsnorm_rows(c->q, c->q, L->q_norm, n * NH, HD, eps);
-            rmsnorm_rows(c->k, c->k, L->k_norm, n * NKV, HD, eps);
-        }
-
-        /* q (n, NH, HD), k (n, NKV, HD) = RoPE(q), RoPE(k): row i at its position */
-        rope_rows(&rope, c->q, t, n, NH, HD);
-        rope_rows(&rope, c->k, t, n, NKV, HD);
-
-        /* K[l], V[l] of each token's sequence at its position (n, NKV, HD) = k, v */
-        store_kv(c, l, t, n, KVD);
+        /* per token: qwen2 biases, qwen3 Q/K head norms, RoPE at its
+         * position, K[l] and V[l] of its sequence at its position = k, v */
+        TRY(step(c, STEP_QKV, t, n, L, l, &rope, NULL, err));
 
         /* att (n, QD) = softmax(q K[l]^T / sqrt(HD)) V[l], causal, each over its sequence */
         TRY(attention(c, l, n, c->q, c->att, err));
 
-        /* x (n, D) += att Wo^T */
+        /* xb2 (n, D) = att Wo^T; x += xb2; xb = rmsnorm(x) * ffn_norm */
         TRY(matmul1(c, &c->prof.wo, c->att, n, &L->wo, c->xb2, err));
-        kern_add(c->x, c->xb2, n * D);
+        TRY(step(c, STEP_RESID_NORM, t, n, L, l, &rope, L->ffn_norm, err));
 
         /* ---- feed-forward (SwiGLU) ---- */
-        /* xb (n, D) = rmsnorm(x) * ffn_norm */
-        rmsnorm_rows(c->xb, c->x, L->ffn_norm, n, D, eps);
-
         /* hb (n, F) = xb Wgate^T, hb2 (n, F) = xb Wup^T: one dispatch */
         TRY(matmul2(c, &c->prof.ffn_up, c->xb, n, &L->w_gate, c->hb, &L->w_up, c->hb2, err));
 
         /* hb (n, F) = silu(hb) * hb2 */
-        kern_silu_mul(c->hb, c->hb2, n * F);
+        TRY(step(c, STEP_SILU, t, n, L, l, &rope, NULL, err));
 
-        /* x (n, D) += hb Wdown^T */
+        /* xb2 (n, D) = hb Wdown^T; x += xb2; xb = rmsnorm(x) * the next layer's attn_norm */
         TRY(matmul1(c, &c->prof.ffn_down, c->hb, n, &L->w_down, c->xb2, err));
-        kern_add(c->x, c->xb2, n * D);
+        TRY(step(c, STEP_RESID_NORM, t, n, L, l, &rope, l + 1 < hp->n_layer ? m->layers[l + 1].attn_norm : NULL,
+                 err));
     }
 
     /* ---- output ---- */
