@@ -143,8 +143,10 @@ typedef struct {
 tern_context_params_t tern_context_default_params(void);
 
 /* Create a context (KV memory, scratch, pool). The KV memory holds n_ctx
- * positions in all, in blocks of kv_block, shared by every sequence: one
- * sequence may use all of it, or many share it; there is no fixed split. NULL on error: TERN_EINVAL
+ * positions in all (rounded up to whole blocks of kv_block), shared by
+ * every sequence: one sequence may use all of it (n_ctx is the most one
+ * sequence holds), or many share it; there is no fixed split. NULL on
+ * error: TERN_EINVAL
  * (bad parameter), TERN_ENOMEM (the message gives the KV cache size). The
  * caller owns it; it borrows m, which is only read. */
 tern_context_t *tern_context_create(const tern_model_t *m, const tern_context_params_t *p, tern_error_t *err);
