@@ -338,6 +338,17 @@ static void json_str(const char *s) {
     }
 }
 
+/* A JSON row's opening: model, type, size, params, threads, test (the
+ * fields every row has), then ", " for the row's own. */
+static void json_row_head(const row_t *r) {
+    printf("  {\"model\": \"");
+    json_str(r->model);
+    printf("\", \"type\": \"");
+    json_str(r->type);
+    printf("\", \"size_bytes\": %llu, \"params\": %llu, \"threads\": %d, \"test\": \"%s\", ",
+           (unsigned long long)r->size, (unsigned long long)r->params, r->threads, r->test);
+}
+
 static void print_header(const bench_opts_t *o, const double *probe, const ilist_t *th) {
     printf("read bandwidth (probe, %.0f MiB, same run; %% of probe now: against a pass before each repetition):",
            o->probe_mb);
@@ -352,15 +363,10 @@ static void print_np_rows(const bench_opts_t *o, const row_t *rows, int n, const
         printf("[\n");
         for (int i = 0; i < n; i++) {
             const row_t *r = &rows[i];
-            printf("  {\"model\": \"");
-            json_str(r->model);
-            printf("\", \"type\": \"");
-            json_str(r->type);
-            printf("\", \"size_bytes\": %llu, \"params\": %llu, \"threads\": %d, \"test\": \"%s\", \"n_seq\": %d, "
-                   "\"n_prompt\": %d, \"tok_s\": %.3f, \"tok_s_sd\": %.3f, \"tok_s_per_seq\": %.3f, "
+            json_row_head(r);
+            printf("\"n_seq\": %d, \"n_prompt\": %d, \"tok_s\": %.3f, \"tok_s_sd\": %.3f, \"tok_s_per_seq\": %.3f, "
                    "\"tok_s_per_seq_sd\": %.3f, ",
-                   (unsigned long long)r->size, (unsigned long long)r->params, r->threads, r->test, r->n_seq,
-                   r->n_prompt, r->tok_s, r->tok_s_sd, r->tok_s_seq, r->tok_s_seq_sd);
+                   r->n_seq, r->n_prompt, r->tok_s, r->tok_s_sd, r->tok_s_seq, r->tok_s_seq_sd);
             if (isnan(r->speedup)) printf("\"speedup_vs_n_seq_1\": null");
             else printf("\"speedup_vs_n_seq_1\": %.3f", r->speedup);
             printf(", \"probe_gbps\": %.2f, \"weight_bytes_per_token\": %llu, \"weights_gbps\": %.2f, "
@@ -420,14 +426,8 @@ static void print_rows(const bench_opts_t *o, const row_t *rows, int n, const do
         printf("[\n");
         for (int i = 0; i < n; i++) {
             const row_t *r = &rows[i];
-            printf("  {\"model\": \"");
-            json_str(r->model);
-            printf("\", \"type\": \"");
-            json_str(r->type);
-            printf("\", \"size_bytes\": %llu, \"params\": %llu, \"threads\": %d, \"test\": \"%s\", \"tok_s\": %.3f, "
-                   "\"tok_s_sd\": %.3f, \"probe_gbps\": %.2f",
-                   (unsigned long long)r->size, (unsigned long long)r->params, r->threads, r->test, r->tok_s,
-                   r->tok_s_sd, r->probe_gbps);
+            json_row_head(r);
+            printf("\"tok_s\": %.3f, \"tok_s_sd\": %.3f, \"probe_gbps\": %.2f", r->tok_s, r->tok_s_sd, r->probe_gbps);
             if (r->is_tg) {
                 printf(", \"weight_bytes_per_token\": %llu, \"weights_gbps\": %.2f, \"roofline_pct\": %.1f, "
                        "\"dispatches_per_token\": %.1f",
