@@ -286,7 +286,9 @@ TERN_INLINE __m512i col_partial(const wgroup_t *g, int sh, const char *a) {
 /* kern_gemm_t.run_small of each format (legacy_avx512_matvec.c: the rows
  * kernel on tiles of up to 8 columns), plain and VBMI + GFNI, for up to
  * LEGACY_SMALL_COLS columns. */
-#define LEGACY_SMALL_COLS 16
+#ifndef LEGACY_SMALL_COLS
+#define LEGACY_SMALL_COLS 8
+#endif
 #define LEGACY_SMALL_DECL(name)                                                                                   \
     void name(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y, int64_t ldy) \
         __attribute__((visibility("hidden")));

@@ -27,11 +27,22 @@
  *    a 256-bit vpdpbusd is half the work of a 512-bit one, so 8 columns no
  *    longer cost what 16 do (measured: `tern bench kernels --gemm-n`).
  *
- * Up to LEGACY_SMALL_COLS = 16 columns (batched decode) the driver calls
+ * Up to LEGACY_SMALL_COLS = 8 columns (batched decode) the driver calls
  *    run_small instead (legacy_avx512_matvec.c: the rows kernel on tiles of
  *    up to 8 columns, weights decoded in registers, four far-apart rows at
  *    a time): no decode into scratch, no prep. At N = 8 it costs about
  *    half of the path above (4096 x 4096 from RAM, 2 threads).
+ *
+ * 9..16 columns (one prep group) run the fused form of run (the *_fused
+ *    functions): a panel of four far-apart rows is decoded one weight group
+ *    at a time into a stack buffer (L1, two buffers: the next group is
+ *    decoded while this one computes) and consumed at once by gemm_blk, so
+ *    the weights are decoded once for all 16 columns with no round trip
+ *    through L2. gemm_blk takes the weight dwords as embedded broadcasts
+ *    (dpb_bcast: one load-op uop; the compiler's separate vpbroadcastd
+ *    cost a shuffle slot each). Measured (docs/PERF.md): at N = 16 it beats
+ *    two 8-column tiles of the rows kernel by 15-25% (q4_0, q5_0, q8_0);
+ *    at N = 8 the rows kernel stays faster than 8 lanes of this one.
  */
 #if defined(__x86_64__)
 
@@ -148,6 +159,18 @@ TERN_INLINE float ld_f32(const char *p) {
     return v;
 }
 
+/* acc + vpdpbusd(a, the dword at p broadcast), the broadcast embedded in
+ * the instruction: one fused load-op uop, where the compiler emits a
+ * separate vpbroadcastd (which on Zen 4 also takes a shuffle slot). */
+TERN_INLINE __m512i dpb_bcast(__m512i acc, __m512i a, const char *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*(const int32_t *)p));
+    return acc;
+}
+TERN_INLINE __m256i dpb_bcast8(__m256i acc, __m256i a, const char *p) {
+    __asm__("vpdpbusd %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*(const int32_t *)p));
+    return acc;
+}
+
 /* Block j of panel group pg against the 16 columns' block at xb: for each
  * of the 4 rows, 8 vpdpbusd (the row's weight dwords broadcast, two
  * chains for latency), then acc[i][j] = fma(float(I), d_w * d_a, acc[i][j])
@@ -162,8 +185,8 @@ TERN_INLINE void gemm_blk(const char *pg, int j, const char *xb, bool min, __m51
         const char *q = pg + 128 * i + 16 * j;
         __m512i p = _mm512_set1_epi32(ld_i32(pg + GP_OFF_CORR + 16 * i + 4 * j)), r = _mm512_setzero_si512();
         _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
-            p = _mm512_dpbusd_epi32(p, a[t], _mm512_set1_epi32(ld_i32(q + 4 * t)));
-            r = _mm512_dpbusd_epi32(r, a[4 + t], _mm512_set1_epi32(ld_i32(q + 64 + 4 * t)));
+            p = dpb_bcast(p, a[t], q + 4 * t);
+            r = dpb_bcast(r, a[4 + t], q + 64 + 4 * t);
         }
         const __m512 s = _mm512_mul_ps(_mm512_set1_ps(ld_f32(pg + GP_OFF_DM + 32 * i + 4 * j)), da);
         acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(p, r)), s, acc[i][j]);
@@ -184,8 +207,8 @@ TERN_INLINE void gemm_blk8(const char *pg, int j, const char *xb, bool min, __m2
         const char *q = pg + 128 * i + 16 * j;
         __m256i p = _mm256_set1_epi32(ld_i32(pg + GP_OFF_CORR + 16 * i + 4 * j)), r = _mm256_setzero_si256();
         _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
-            p = _mm256_dpbusd_epi32(p, a[t], _mm256_set1_epi32(ld_i32(q + 4 * t)));
-            r = _mm256_dpbusd_epi32(r, a[4 + t], _mm256_set1_epi32(ld_i32(q + 64 + 4 * t)));
+            p = dpb_bcast8(p, a[t], q + 4 * t);
+            r = dpb_bcast8(r, a[4 + t], q + 64 + 4 * t);
         }
         const __m256 s = _mm256_mul_ps(_mm256_set1_ps(ld_f32(pg + GP_OFF_DM + 32 * i + 4 * j)), da);
         acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(p, r)), s, acc[i][j]);
@@ -389,22 +412,117 @@ TERN_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row_b
     }
 }
 
-#define GEMM_RUN(attr, name, dec, min)                                                                      \
+/* ---- one group of columns: the decode fused with the compute -------------- */
+
+/* Up to 16 columns (one prep group; batched decode): the row-block scheme
+ * above decodes a block of rows into L2-sized scratch, pays for it once per
+ * row and spreads it over at most 16 columns. Here a panel of four rows is
+ * decoded one weight group (four blocks) at a time into a 64-byte aligned
+ * buffer on the stack (L1) and consumed at once by gemm_blk / gemm_blk8, the
+ * same per-(row, column) steps as run, so the same bits. The four rows are
+ * four far-apart streams (rows i, q + i, 2q + i, 3q + i), as in the matvec
+ * and run_small, each prefetched PF_DIST ahead. */
+TERN_INLINE void fused_store(const __m512 acc[4][4], float *y, int64_t ldy, const int64_t *ri, int ncols, int nrv) {
+    float t[4][16] __attribute__((aligned(64)));
+    _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) _mm512_store_ps(
+        t[i], _mm512_add_ps(_mm512_add_ps(acc[i][0], acc[i][2]), _mm512_add_ps(acc[i][1], acc[i][3])));
+    for (int c = 0; c < ncols; c++)
+        for (int i = 0; i < nrv; i++) y[c * ldy + ri[i]] = t[i][c];
+}
+/* One panel: rows wr[0..3] (duplicates past nrv), their output rows ri. */
+#define GEMM_FUSED(attr, name, wblock, grp, fmt, off, min)                                                     \
+    TERN_INLINE attr void name##_panel(const kern_gemm_args_t *a, const uint8_t *const *wr, const int64_t *ri,  \
+                                         int nrv, float *y, int64_t ldy) {                                \
+        const int64_t nb = a->k / QK, ng = nb / LEGACY_GROUP;                                                  \
+        const int rem = (int)(nb % LEGACY_GROUP);                                                              \
+        const size_t gb = LEGACY_GROUP * sizeof(wblock), ab = min ? GA_Q8_1 : GA_Q8_0;                         \
+        const char *xg = a->xg;                                                                                \
+        char pg[2][GP_BYTES] __attribute__((aligned(64)));                                                     \
+        if (ng > 0) {                                                                                          \
+            _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                              \
+                const wgroup_t g = grp(wr[i], fmt);                                                            \
+                gemm_dec_grp(&g, off, pg[0], i);                                                               \
+            }                                                                                                  \
+        }                                                                                                      \
+        __m512 acc[4][4];                                                                                      \
+        _Pragma("GCC unroll 16") for (int i = 0; i < 16; i++) acc[i / 4][i % 4] = _mm512_setzero_ps();         \
+        for (int64_t gi = 0; gi < ng; gi++) {                                                              \
+            if (gi + 1 < ng) {                                                                             \
+                _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                      \
+                    const uint8_t *wp = wr[i] + (size_t)(gi + 1) * gb;                                     \
+                    prefetch_ahead(wp, gb);                                                                \
+                    const wgroup_t g = grp(wp, fmt);                                                       \
+                    gemm_dec_grp(&g, off, pg[(gi + 1) & 1], i);                                            \
+                }                                                                                          \
+            }                                                                                              \
+            const char *xb = xg + (size_t)gi * LEGACY_GROUP * ab;                                          \
+            _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) gemm_blk(pg[gi & 1], j, xb + j * ab, min, acc); \
+        }                                                                                                  \
+        if (rem) {                                                                                             \
+            _Pragma("GCC unroll 4") for (int i = 0; i < 4; i++) {                                              \
+                const wgroup_t g = grp##_n(wr[i] + (size_t)ng * gb, fmt, rem);                                 \
+                gemm_dec_grp(&g, off, pg[0], i);                                                                  \
+            }                                                                                                  \
+            const char *xb = xg + (size_t)ng * LEGACY_GROUP * ab;                                              \
+            for (int j = 0; j < rem; j++) gemm_blk(pg[0], j, xb + j * ab, min, acc);                              \
+        }                                                                                                      \
+        fused_store(acc, y, ldy, ri, (int)a->n, nrv);                                                          \
+    }                                                                                                          \
+    attr static void name##_fused(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows,   \
+                                  float *y, int64_t ldy) {                                                     \
+        const int64_t q = nrows >= 16 ? nrows / 4 : 0; /* rows per stream */                                   \
+        for (int64_t i = 0; i < q; i++) {                                                                      \
+            const uint8_t *wr[4];                                                                              \
+            int64_t ri[4];                                                                                     \
+            for (int s = 0; s < 4; s++) {                                                                      \
+                ri[s] = s * q + i;                                                                             \
+                wr[s] = (const uint8_t *)w + (size_t)ri[s] * row_bytes;                                        \
+            }                                                                                                  \
+            name##_panel(a, wr, ri, 4, y, ldy);                                                                \
+        }                                                                                                      \
+        for (int64_t r = 4 * q; r < nrows; r += 4) {                                                           \
+            const int nr = nrows - r < 4 ? (int)(nrows - r) : 4;                                               \
+            const uint8_t *wr[4];                                                                              \
+            int64_t ri[4];                                                                                     \
+            for (int s = 0; s < 4; s++) {                                                                      \
+                ri[s] = r + (s < nr ? s : 0);                                                                  \
+                wr[s] = (const uint8_t *)w + (size_t)ri[s] * row_bytes;                                        \
+            }                                                                                                  \
+            name##_panel(a, wr, ri, nr, y, ldy);                                                               \
+        }                                                                                                      \
+    }
+
+GEMM_FUSED(, q4_0, block_q4_0, gemm_grp_plain, FMT_Q4_0, 8, false)
+GEMM_FUSED(, q4_1, block_q4_1, gemm_grp_plain, FMT_Q4_1, 0, true)
+GEMM_FUSED(, q5_0, block_q5_0, gemm_grp_plain, FMT_Q5_0, 16, false)
+GEMM_FUSED(, q5_1, block_q5_1, gemm_grp_plain, FMT_Q5_1, 0, true)
+GEMM_FUSED(, q8_0, block_q8_0, gemm_grp_plain, FMT_Q8_0, 128, false)
+GEMM_FUSED(VBMI, q4_0_vbmi, block_q4_0, gemm_grp_vbmi, FMT_Q4_0, 8, false)
+GEMM_FUSED(VBMI, q4_1_vbmi, block_q4_1, gemm_grp_vbmi, FMT_Q4_1, 0, true)
+GEMM_FUSED(VBMI, q5_0_vbmi, block_q5_0, gemm_grp_vbmi, FMT_Q5_0, 16, false)
+GEMM_FUSED(VBMI, q5_1_vbmi, block_q5_1, gemm_grp_vbmi, FMT_Q5_1, 0, true)
+GEMM_FUSED(VBMI, q8_0_vbmi, block_q8_0, gemm_grp_vbmi, FMT_Q8_0, 128, false)
+
+#define GEMM_RUN(attr, name, fname, dec, min)                                                                      \
     attr static void name(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y, \
                           int64_t ldy, void *scratch) {                                                       \
+        if (a->n > 8 && a->n <= KERN_GEMM_GROUP) {                                                                        \
+            fname##_fused(a, w, row_bytes, nrows, y, ldy);                                                    \
+            return;                                                                                           \
+        }                                                                                                     \
         gemm_run(a, w, row_bytes, nrows, y, ldy, scratch, dec, min);                                          \
     }
 
-GEMM_RUN(, run_q4_0, dec_q4_0, false)
-GEMM_RUN(, run_q4_1, dec_q4_1, true)
-GEMM_RUN(, run_q5_0, dec_q5_0, false)
-GEMM_RUN(, run_q5_1, dec_q5_1, true)
-GEMM_RUN(, run_q8_0, dec_q8_0, false)
-GEMM_RUN(, run_q4_0_vbmi, dec_q4_0_vbmi, false)
-GEMM_RUN(, run_q4_1_vbmi, dec_q4_1_vbmi, true)
-GEMM_RUN(, run_q5_0_vbmi, dec_q5_0_vbmi, false)
-GEMM_RUN(, run_q5_1_vbmi, dec_q5_1_vbmi, true)
-GEMM_RUN(, run_q8_0_vbmi, dec_q8_0_vbmi, false)
+GEMM_RUN(, run_q4_0, q4_0, dec_q4_0, false)
+GEMM_RUN(, run_q4_1, q4_1, dec_q4_1, true)
+GEMM_RUN(, run_q5_0, q5_0, dec_q5_0, false)
+GEMM_RUN(, run_q5_1, q5_1, dec_q5_1, true)
+GEMM_RUN(, run_q8_0, q8_0, dec_q8_0, false)
+GEMM_RUN(VBMI, run_q4_0_vbmi, q4_0_vbmi, dec_q4_0_vbmi, false)
+GEMM_RUN(VBMI, run_q4_1_vbmi, q4_1_vbmi, dec_q4_1_vbmi, true)
+GEMM_RUN(VBMI, run_q5_0_vbmi, q5_0_vbmi, dec_q5_0_vbmi, false)
+GEMM_RUN(VBMI, run_q5_1_vbmi, q5_1_vbmi, dec_q5_1_vbmi, true)
+GEMM_RUN(VBMI, run_q8_0_vbmi, q8_0_vbmi, dec_q8_0_vbmi, false)
 
 static const kern_gemm_t gemm_q4_0 = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q4_0, LEGACY_SMALL_COLS, legacy_small_q4_0};
 static const kern_gemm_t gemm_q4_1 = {gsize_q8_1, prep_q8_1, gemm_scratch_size, run_q4_1, LEGACY_SMALL_COLS, legacy_small_q4_1};
