@@ -45,8 +45,12 @@
  * lower half of each prep vector; gq_kernel8): the same steps per lane, at
  * half the cost of 16 lanes on Zen 4, where a 512-bit vpdpbusd takes two
  * passes (measured: `tern bench kernels --gemm-n`).
- * With few columns (up to 6, Q6_K 8) run uses the matvec tiles instead
- * (gq_run_small): same chain, same bits, faster than 16 lanes mostly idle.
+ * Up to 16 columns (one group: batched decode) run fuses the decode with
+ * the compute (gq_run_fused): a panel of GQ_R far-apart rows is decoded
+ * GQ_KC super-blocks at a time into L1 and the micro-kernel (8 lanes up to
+ * 8 columns) runs on it at once, no row block through L2. It replaced the
+ * matvec tiles for 5-6 (Q6_K 5-8) columns and the row-block path for 7-16
+ * (measured: docs/PERF.md).
  * Bounds of the offset form: per sub-block |sum q_i (a_i + 128)| <= 32 * 31 *
  * 255 (Q6_K: 16 * 32 * 255), scaled and summed over the super-block below
  * 2^29, the correction likewise.
@@ -450,36 +454,53 @@ static void gq_kernel_q6(const gq_row_t *pw, const uint8_t *xg, int64_t nb, floa
 
 enum { GQ_Q4K, GQ_Q5K, GQ_Q6K };
 
-/* Few columns: most lanes of a 16-column group would be wasted, and the
- * matvec tiles are faster; they compute the same chain, so the bits are the
- * same. By measurement (docs/PERF.md), Q4_K/Q5_K take 4x2 tiles up to
- * GQ_SMALL_N columns, Q6_K 1x4 tiles up to GQ_SMALL_N6. */
-#define GQ_SMALL_N 6
-#define GQ_SMALL_N6 8
-static void gq_run_small(const kern_gemm_args_t *a, const char *w, size_t row_bytes, int64_t nrows, float *y,
-                         int64_t ldy, const int fmt) {
-    const int n = (int)a->n;
-    const char *xa = a->xa;
-    if (fmt == GQ_Q6K) {
-        for (int64_t r = 0; r < nrows; r++) {
-            float out[GQ_SMALL_N6];
-            kq_dot(a->k, w + (size_t)r * row_bytes, xa, a->xa_stride, n, out, q6k_tiles); /* = dot_q6_K_avx512 */
-            for (int c = 0; c < n; c++) y[c * ldy + r] = out[c];
+/* One group of columns (up to 16; batched decode): the row blocks of
+ * gq_run below decode gq_mc rows into L2-sized scratch and read them back
+ * for at most 16 columns. Here a panel of GQ_R far-apart rows (rows i, q +
+ * i, ..., 7q + i: eight prefetch streams) is decoded GQ_KC super-blocks at
+ * a time into the start of the scratch (GQ_KC * GQ_R rows, 11 KB: L1) and
+ * consumed at once by the same micro-kernel, so the same bits. */
+TERN_INLINE void gq_run_fused(const kern_gemm_args_t *a, const char *w, size_t row_bytes, int64_t nrows, float *y,
+                            int64_t ldy, void *scratch, const int fmt) {
+    const int64_t nb = a->k / QK_K;
+    const size_t bsz = fmt == GQ_Q6K ? sizeof(block_q6_K) : fmt == GQ_Q5K ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const bool half = a->n <= 8;
+    const int nc = (int)a->n;
+    gq_row_t *dec = scratch;
+    float(*st)[GQ_LANES] = (void *)((char *)scratch + gq_dec_bytes(nb));
+    const int64_t q = nrows >= 2 * GQ_R ? nrows / GQ_R : 0; /* rows per stream */
+    const int64_t npan = q + (nrows - GQ_R * q + GQ_R - 1) / GQ_R;
+    for (int64_t p = 0; p < npan; p++) {
+        int64_t ri[GQ_R];
+        int nrv = GQ_R;
+        if (p < q) {
+            for (int r = 0; r < GQ_R; r++) ri[r] = r * q + p;
+        } else {
+            const int64_t r0 = GQ_R * q + (p - q) * GQ_R;
+            nrv = nrows - r0 < GQ_R ? (int)(nrows - r0) : GQ_R;
+            for (int r = 0; r < GQ_R; r++) ri[r] = r0 + (r < nrv ? r : 0);
         }
-        return;
-    }
-    const kern_rows_fn rows_fn = fmt == GQ_Q5K ? dot_rows_q5_K_avx512 : dot_rows_q4_K_avx512;
-    for (int64_t r0 = 0; r0 < nrows; r0 += KQUANT_MAX_ROWS) {
-        const int nr = nrows - r0 < KQUANT_MAX_ROWS ? (int)(nrows - r0) : KQUANT_MAX_ROWS;
-        const void *wp[KQUANT_MAX_ROWS];
-        for (int i = 0; i < nr; i++) wp[i] = w + (size_t)(r0 + i) * row_bytes;
-        for (int c0 = 0; c0 < n; c0 += 2) {
-            const int nc = n - c0 < 2 ? n - c0 : 2;
-            float out[KQUANT_MAX_ROWS * 2];
-            rows_fn(a->k, wp, nr, xa + (size_t)c0 * a->xa_stride, a->xa_stride, nc, out);
-            for (int i = 0; i < nr; i++)
-                for (int c = 0; c < nc; c++) y[(c0 + c) * ldy + r0 + i] = out[i * nc + c];
+        for (int64_t k0 = 0; k0 < nb; k0 += GQ_KC) {
+            const int64_t kc = nb - k0 < GQ_KC ? nb - k0 : GQ_KC;
+            for (int64_t b = 0; b < kc; b++) {
+                for (int r = 0; r < GQ_R; r++) {
+                    const char *blk = w + (size_t)ri[r] * row_bytes + (size_t)(k0 + b) * bsz;
+                    prefetch_ahead(blk, bsz);
+                    if (fmt == GQ_Q6K) gq_decode_q6((const block_q6_K *)blk, dec + b * GQ_R + r);
+                    else gq_decode_affine((const uint8_t *)blk, dec + b * GQ_R + r, fmt == GQ_Q5K);
+                }
+            }
+            const uint8_t *xg = (const uint8_t *)a->xg + (size_t)k0 * GQ_ACT_SB;
+            if (half) {
+                if (fmt == GQ_Q6K) gq_kernel8_q6(dec, xg, kc, st, k0 == 0);
+                else gq_kernel8_affine(dec, xg, kc, st, k0 == 0);
+            } else {
+                if (fmt == GQ_Q6K) gq_kernel_q6(dec, xg, kc, st, k0 == 0);
+                else gq_kernel_affine(dec, xg, kc, st, k0 == 0);
+            }
         }
+        for (int c = 0; c < nc; c++)
+            for (int r = 0; r < nrv; r++) y[c * ldy + ri[r]] = st[r][c];
     }
 }
 
@@ -492,8 +513,8 @@ static void gq_run_small(const kern_gemm_args_t *a, const char *w, size_t row_by
 TERN_INLINE void gq_run(const kern_gemm_args_t *a, const void *wv, size_t row_bytes, int64_t nrows, float *y,
                       int64_t ldy, void *scratch, const int fmt) {
     TERN_CHECK(a->k % QK_K == 0 && a->xg != NULL && scratch != NULL);
-    if (a->n <= (fmt == GQ_Q6K ? GQ_SMALL_N6 : GQ_SMALL_N)) {
-        gq_run_small(a, wv, row_bytes, nrows, y, ldy, fmt);
+    if (a->n <= GQ_LANES) {
+        gq_run_fused(a, wv, row_bytes, nrows, y, ldy, scratch, fmt);
         return;
     }
     const int64_t nb = a->k / QK_K, ngroups = (a->n + GQ_LANES - 1) / GQ_LANES;
