@@ -258,9 +258,10 @@ static void gq_decode_q6(const block_q6_K *w, gq_row_t *o) {
         _mm512_storeu_si512(o->w + 64 * v, _mm512_sub_epi8(q[v], m32));
         cs = _mm512_dpbusd_epi32(cs, q[v], _mm512_shuffle_epi8(scx, g_gq_scb6[v >> 1][v & 1].v));
     }
-    /* sum_j sc_j * sum_{i in j} (q_i - 32) = sum_j sc_j * sum q_i - 512 * sum_j sc_j */
+    /* sum_j sc_j * sum_{i in j} (q_i - 32) = sum_j sc_j * sum q_i - 512 * sum_j sc_j: one reduction of
+     * cs - 512 * sc (exact: every lane and partial sum stays far below 2^31) */
     const __m512i sc32 = _mm512_cvtepi8_epi32(sc);
-    o->negc = -128 * (hsum_epi32(cs) - 512 * hsum_epi32(sc32));
+    o->negc = -128 * hsum_epi32(_mm512_sub_epi32(cs, _mm512_slli_epi32(sc32, 9)));
     _mm512_storeu_si512(o->sc, sc32);
     memset(o->mn, 0, sizeof o->mn);
     o->d = _cvtsh_ss(w->d);
