@@ -287,7 +287,13 @@ TERN_INLINE __m512i col_partial(const wgroup_t *g, int sh, const char *a) {
  * kernel on tiles of up to 8 columns), plain and VBMI + GFNI, for up to
  * LEGACY_SMALL_COLS columns. */
 #ifndef LEGACY_SMALL_COLS
-#define LEGACY_SMALL_COLS 8
+#define LEGACY_SMALL_COLS 10
+#endif
+/* Q4_0's cheaper decode keeps the rows kernel ahead of the fused 16-lane
+ * GEMM (legacy_avx512_gemm.c) up to 12 columns; the other formats up to 10
+ * (measured: docs/PERF.md). */
+#ifndef LEGACY_SMALL_COLS_Q4_0
+#define LEGACY_SMALL_COLS_Q4_0 12
 #endif
 #define LEGACY_SMALL_DECL(name)                                                                                   \
     void name(const kern_gemm_args_t *a, const void *w, size_t row_bytes, int64_t nrows, float *y, int64_t ldy) \

@@ -27,13 +27,13 @@
  *    a 256-bit vpdpbusd is half the work of a 512-bit one, so 8 columns no
  *    longer cost what 16 do (measured: `tern bench kernels --gemm-n`).
  *
- * Up to LEGACY_SMALL_COLS = 8 columns (batched decode) the driver calls
+ * Up to LEGACY_SMALL_COLS = 10 columns (Q4_0: 12; batched decode) the driver calls
  *    run_small instead (legacy_avx512_matvec.c: the rows kernel on tiles of
  *    up to 8 columns, weights decoded in registers, four far-apart rows at
  *    a time): no decode into scratch, no prep. At N = 8 it costs about
  *    half of the path above (4096 x 4096 from RAM, 2 threads).
  *
- * 9..16 columns (one prep group) run the fused form of run (the *_fused
+ * 11..16 (Q4_0 13..16) columns run the fused form of run (the *_fused
  *    functions): a panel of four far-apart rows is decoded one weight group
  *    at a time into a stack buffer (L1, two buffers: the next group is
  *    decoded while this one computes) and consumed at once by gemm_blk, so
@@ -42,7 +42,8 @@
  *    (dpb_bcast: one load-op uop; the compiler's separate vpbroadcastd
  *    cost a shuffle slot each). Measured (docs/PERF.md): at N = 16 it beats
  *    two 8-column tiles of the rows kernel by 15-25% (q4_0, q5_0, q8_0);
- *    at N = 8 the rows kernel stays faster than 8 lanes of this one.
+ *    below the thresholds (and at N = 8 against 8 lanes of this one) the
+ *    rows kernel stays faster.
  */
 #if defined(__x86_64__)
 
@@ -414,11 +415,11 @@ TERN_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row_b
 
 /* ---- one group of columns: the decode fused with the compute -------------- */
 
-/* Up to 16 columns (one prep group; batched decode): the row-block scheme
+/* 11..16 columns (one prep group; batched decode): the row-block scheme
  * above decodes a block of rows into L2-sized scratch, pays for it once per
  * row and spreads it over at most 16 columns. Here a panel of four rows is
  * decoded one weight group (four blocks) at a time into a 64-byte aligned
- * buffer on the stack (L1) and consumed at once by gemm_blk / gemm_blk8, the
+ * buffer on the stack (L1) and consumed at once by gemm_blk, the
  * same per-(row, column) steps as run, so the same bits. The four rows are
  * four far-apart streams (rows i, q + i, 2q + i, 3q + i), as in the matvec
  * and run_small, each prefetched PF_DIST ahead. */
@@ -524,12 +525,12 @@ GEMM_RUN(VBMI, run_q5_0_vbmi, q5_0_vbmi, dec_q5_0_vbmi, false)
 GEMM_RUN(VBMI, run_q5_1_vbmi, q5_1_vbmi, dec_q5_1_vbmi, true)
 GEMM_RUN(VBMI, run_q8_0_vbmi, q8_0_vbmi, dec_q8_0_vbmi, false)
 
-static const kern_gemm_t gemm_q4_0 = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q4_0, LEGACY_SMALL_COLS, legacy_small_q4_0};
+static const kern_gemm_t gemm_q4_0 = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q4_0, LEGACY_SMALL_COLS_Q4_0, legacy_small_q4_0};
 static const kern_gemm_t gemm_q4_1 = {gsize_q8_1, prep_q8_1, gemm_scratch_size, run_q4_1, LEGACY_SMALL_COLS, legacy_small_q4_1};
 static const kern_gemm_t gemm_q5_0 = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q5_0, LEGACY_SMALL_COLS, legacy_small_q5_0};
 static const kern_gemm_t gemm_q5_1 = {gsize_q8_1, prep_q8_1, gemm_scratch_size, run_q5_1, LEGACY_SMALL_COLS, legacy_small_q5_1};
 static const kern_gemm_t gemm_q8_0 = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q8_0, LEGACY_SMALL_COLS, legacy_small_q8_0};
-static const kern_gemm_t gemm_q4_0_vbmi = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q4_0_vbmi, LEGACY_SMALL_COLS, legacy_small_q4_0_vbmi};
+static const kern_gemm_t gemm_q4_0_vbmi = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q4_0_vbmi, LEGACY_SMALL_COLS_Q4_0, legacy_small_q4_0_vbmi};
 static const kern_gemm_t gemm_q4_1_vbmi = {gsize_q8_1, prep_q8_1, gemm_scratch_size, run_q4_1_vbmi, LEGACY_SMALL_COLS, legacy_small_q4_1_vbmi};
 static const kern_gemm_t gemm_q5_0_vbmi = {gsize_q8_0, prep_q8_0, gemm_scratch_size, run_q5_0_vbmi, LEGACY_SMALL_COLS, legacy_small_q5_0_vbmi};
 static const kern_gemm_t gemm_q5_1_vbmi = {gsize_q8_1, prep_q8_1, gemm_scratch_size, run_q5_1_vbmi, LEGACY_SMALL_COLS, legacy_small_q5_1_vbmi};
