@@ -1,8 +1,7 @@
 /*
  * kquant_avx512.h - private to kquant_avx512_matvec.c and
  * kquant_avx512_gemm.c (compiled with the AVX-512 flags): the helpers both
- * halves use, the matvec tiles' path for GEMMs of few columns, and the
- * GEMMs the matvec half registers.
+ * halves use and the GEMMs the matvec half registers.
  */
 #ifndef TERN_KERNELS_KQUANT_AVX512_H
 #define TERN_KERNELS_KQUANT_AVX512_H
@@ -83,20 +82,6 @@ TERN_INLINE void q6k_unpack(const block_q6_K *w, __m512i q[4]) {
         q[2 * h + 1] = or_and(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4), _mm512_srlv_epi16(H, sh23), m30);
     }
 }
-
-/* The matvec tiles (kquant_avx512_matvec.c, through kquant_entry.h), which
- * the GEMM uses for few columns: the tile tables and the rows functions.
- * Hidden: addressed like statics. */
-#define KQ_HIDDEN __attribute__((visibility("hidden")))
-extern const kq_tile_fn q4k_tiles[KQUANT_MAX_ROWS][KERN_MAX_COLS] KQ_HIDDEN;
-extern const kq_tile_fn q5k_tiles[KQUANT_MAX_ROWS][KERN_MAX_COLS] KQ_HIDDEN;
-extern const kq_tile_fn q6k_tiles[KQUANT_MAX_ROWS][KERN_MAX_COLS] KQ_HIDDEN;
-void dot_rows_q4_K_avx512(int64_t k, const void *const *w, int nrows, const void *xa, size_t st, int ncols,
-                          float *out) KQ_HIDDEN;
-void dot_rows_q5_K_avx512(int64_t k, const void *const *w, int nrows, const void *xa, size_t st, int ncols,
-                          float *out) KQ_HIDDEN;
-void dot_rows_q6_K_avx512(int64_t k, const void *const *w, int nrows, const void *xa, size_t st, int ncols,
-                          float *out) KQ_HIDDEN;
 
 /* The GEMMs of kquant_avx512_gemm.c: [0] Q4_K, [1] Q5_K, [2] Q6_K. */
 extern const kern_gemm_t *const kquant_avx512_gemm[3];

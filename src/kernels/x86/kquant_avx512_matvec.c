@@ -417,7 +417,6 @@ TERN_INLINE void q6k_tile(int64_t nb, const void *const *wr, const int nr, const
 /* The tile table and entry points (dot_q4_K_avx512, dot_rows_q4_K_avx512,
  * ...) are kquant_entry.h's, over this file's tile templates. */
 #define KQ_ISA avx512
-#define KQ_LINKAGE /* shared with kquant_avx512_gemm.c (hidden, kquant_avx512.h) */
 #define KQ_AFFINE_KERNEL affine_tile
 #define KQ_Q6_KERNEL q6k_tile
 #include "kernels/x86/kquant_entry.h"
