@@ -13,13 +13,13 @@ PREFIX     ?= /usr/local
 SHARED     ?= $(abspath ../shared)
 CMAKE_GEN  := cmake -S . -DCMAKE_BUILD_TYPE=Release -DCMAKE_TARGET_MESSAGES=OFF
 
-.PHONY: all deps build test test-release test-asan test-tsan fuzz-smoke demo bench fuzz install clean
+.PHONY: all deps build test test-release test-asan test-tsan test-server fuzz-smoke demo bench fuzz install clean
 
 all: build
 
 # Installs missing Debian packages (a no-op when all are present).
 deps:
-	@command -v cmake >/dev/null 2>&1 && pkg-config --exists cmocka libpcre2-8 libutf8proc hwloc 2>/dev/null \
+	@command -v cmake >/dev/null 2>&1 && pkg-config --exists cmocka libpcre2-8 libutf8proc hwloc libmicrohttpd libcjson 2>/dev/null \
 	  && command -v clang >/dev/null 2>&1 \
 	  || { echo "make: build dependencies missing; running scripts/install-deps.sh"; scripts/install-deps.sh; }
 
@@ -40,6 +40,15 @@ test-release: deps
 	@$(CMAKE_GEN) -B $(BUILD)/test-release >/dev/null
 	@cmake --build $(BUILD)/test-release -j $(JOBS)
 	cd $(BUILD)/test-release && ctest --output-on-failure -j $(JOBS)
+
+# End-to-end tests of `tern serve` (openai client, curl, headless Chromium)
+# on the release build; the bad-input test uses the ASan build when it was
+# built (make test-asan). scripts/install-test-deps.sh installs the tools.
+test-server: deps
+	@$(CMAKE_GEN) -B $(BUILD)/test-release >/dev/null
+	@cmake --build $(BUILD)/test-release -j $(JOBS) --target tern
+	scripts/test-server.sh --tern $(BUILD)/test-release/tern --shared "$(SHARED)" --out $(BUILD)/server-test \
+	  $$([ -x $(BUILD)/test-asan/tern ] && echo --asan-tern $(BUILD)/test-asan/tern)
 
 test-asan: deps
 	@$(CMAKE_GEN) -B $(BUILD)/test-asan -DTERN_SANITIZE=address -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null

@@ -23,6 +23,7 @@ WEAK_CMD(cmd_run)
 WEAK_CMD(cmd_chat)
 WEAK_CMD(cmd_perplexity)
 WEAK_CMD(cmd_bench_model)
+WEAK_CMD(cmd_serve)
 WEAK_CMD(bench_pool_main)
 WEAK_CMD(bench_kernels_main)
 
@@ -33,6 +34,7 @@ static void usage(FILE *out) {
             "usage: tern COMMAND [options]\n"
             "  run -m FILE -p TEXT       generate text\n"
             "  chat -m FILE              interactive chat with the model's template\n"
+            "  serve -m FILE             OpenAI-compatible HTTP server (continuous batching)\n"
             "  bench -m FILE[,FILE]      llama-bench style speed table with roofline\n"
             "  bench pool | kernels      micro-benchmarks of the pool and the kernels\n"
             "  perplexity -m FILE -f TXT perplexity of a text\n"
@@ -74,7 +76,7 @@ int main(int argc, char **argv) {
     } cmds[] = {
         {"run", cmd_run},           {"chat", cmd_chat},         {"perplexity", cmd_perplexity},
         {"tokenize", cmd_tokenize}, {"detokenize", cmd_detokenize}, {"mkmodel", cmd_mkmodel},
-        {"quantize", cmd_quantize},
+        {"quantize", cmd_quantize}, {"serve", cmd_serve},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(c, cmds[i].name)) return cmds[i].fn(sub_argc, sub_argv);
