@@ -270,6 +270,11 @@ typedef struct {
 } kern_rope_t;
 void kern_rope(const kern_rope_t *r, float *x, int n_heads, int head_dim, int64_t pos);
 void kern_silu_mul(float *gate, const float *up, int64_t n); /* gate = silu(gate) * up */
+/* The reference (libm expf) and the x86 vector form (AVX2+FMA, used on
+ * AVX2 and AVX-512: x86/ops_avx2.c; within about 2 ulps of the reference,
+ * each element's bits depending only on its inputs). kern_silu_mul picks. */
+void kern_silu_mul_ref(float *gate, const float *up, int64_t n);
+void kern_silu_mul_avx2(float *gate, const float *up, int64_t n);
 void kern_add(float *y, const float *x, int64_t n);         /* y += x */
 void kern_softmax(float *x, int64_t n); /* max subtracted; sum in double */
 

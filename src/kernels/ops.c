@@ -68,11 +68,22 @@ void kern_rope(const kern_rope_t *r, float *x, int n_heads, int head_dim, int64_
     }
 }
 
-void kern_silu_mul(float *gate, const float *up, int64_t n) {
+void kern_silu_mul_ref(float *gate, const float *up, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         const float g = gate[i];
         gate[i] = (g / (1.0f + expf(-g))) * up[i];
     }
+}
+
+void kern_silu_mul(float *gate, const float *up, int64_t n) {
+#if defined(__x86_64__) || defined(_M_X64)
+    const kern_isa_t isa = kern_isa_active();
+    if (isa == ISA_AVX2 || isa == ISA_AVX512) {
+        kern_silu_mul_avx2(gate, up, n); /* a vector exp: x86/ops_avx2.c */
+        return;
+    }
+#endif
+    kern_silu_mul_ref(gate, up, n);
 }
 
 void kern_add(float *y, const float *x, int64_t n) {
