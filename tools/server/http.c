@@ -132,41 +132,13 @@ static void buf_put(buf_t *b, const char *s, size_t n) {
 }
 static void buf_puts(buf_t *b, const char *s) { buf_put(b, s, strlen(s)); }
 
-/* The length of the valid UTF-8 sequence at s (1..4), or 0. */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    size_t k;
-    uint32_t cp, min;
-    if ((c & 0xE0) == 0xC0) k = 1, cp = c & 0x1F, min = 0x80;
-    else if ((c & 0xF0) == 0xE0) k = 2, cp = c & 0x0F, min = 0x800;
-    else if ((c & 0xF8) == 0xF0) k = 3, cp = c & 0x07, min = 0x10000;
-    else return 0;
-    if (n <= k) return 0;
-    for (size_t j = 1; j <= k; j++) {
-        if ((s[j] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (s[j] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return k + 1;
-}
-
-static int utf8_ok(const char *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
-        if (!k) return 0;
-        i += k;
-    }
-    return 1;
-}
-
 /* A JSON string of n bytes: invalid UTF-8 becomes U+FFFD, NUL bytes are
  * dropped (cJSON strings end at one). */
 static cJSON *json_text(const char *s, size_t n) {
     buf_t b = {0};
     buf_put(&b, "", 0);
     for (size_t i = 0; i < n;) {
-        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
+        size_t k = srv_utf8_seq((const unsigned char *)s + i, n - i);
         if (!k) {
             buf_puts(&b, "\xEF\xBF\xBD");
             i++;
@@ -871,7 +843,7 @@ static enum MHD_Result handle_tokenize(srv_http_t *h, struct MHD_Connection *c, 
     int add_special, parse_special, with_pieces;
     const char *bad = NULL, *param = NULL;
     if (!cJSON_IsString(ct) || !ct->valuestring) bad = "content: required, a string", param = "content";
-    else if (!utf8_ok(ct->valuestring, strlen(ct->valuestring))) bad = "content: not valid UTF-8", param = "content";
+    else if (!srv_utf8_valid(ct->valuestring, strlen(ct->valuestring))) bad = "content: not valid UTF-8", param = "content";
     else if (!opt_bool(j, "add_special", 0, &add_special)) bad = "add_special: must be true or false", param = "add_special";
     else if (!opt_bool(j, "parse_special", 1, &parse_special))
         bad = "parse_special: must be true or false", param = "parse_special";
@@ -906,7 +878,7 @@ static enum MHD_Result handle_tokenize(srv_http_t *h, struct MHD_Connection *c, 
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "id", ids[i]);
         /* A piece that is not whole UTF-8 is given as its bytes. */
-        if (utf8_ok(piece, (size_t)pl) && !memchr(piece, 0, (size_t)pl)) cJSON_AddItemToObject(e, "piece", json_text(piece, (size_t)pl));
+        if (srv_utf8_valid(piece, (size_t)pl) && !memchr(piece, 0, (size_t)pl)) cJSON_AddItemToObject(e, "piece", json_text(piece, (size_t)pl));
         else cJSON_AddItemToObject(e, "piece", json_bytes(piece, (size_t)pl));
         cJSON_AddItemToArray(arr, e);
     }
@@ -1021,7 +993,7 @@ static int early_answer(srv_http_t *h, struct MHD_Connection *c, req_t *q, const
     if (q->route == R_NONE) {
         char m[320];
         size_t ul = strlen(url);
-        snprintf(m, sizeof m, "no endpoint %s %s", method, ul <= 200 && utf8_ok(url, ul) ? url : "(path)");
+        snprintf(m, sizeof m, "no endpoint %s %s", method, ul <= 200 && srv_utf8_valid(url, ul) ? url : "(path)");
         *ret = send_error(c, 404, m, NULL, NULL);
         return 1;
     }

@@ -38,29 +38,30 @@ static int fail(char *msg, size_t cap, const char *fmt, ...) {
     return 400;
 }
 
-/* Strict UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF. */
-static int utf8_valid(const char *str, size_t n) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t k;
-        uint32_t cp, min;
-        if ((c & 0xE0) == 0xC0) k = 1, cp = c & 0x1F, min = 0x80;
-        else if ((c & 0xF0) == 0xE0) k = 2, cp = c & 0x0F, min = 0x800;
-        else if ((c & 0xF8) == 0xF0) k = 3, cp = c & 0x07, min = 0x10000;
-        else return 0;
-        if (n - i <= k) return 0;
-        for (size_t j = 1; j <= k; j++) {
-            if ((s[i + j] & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + j] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-        i += k + 1;
+size_t srv_utf8_seq(const unsigned char *s, size_t n) {
+    if (!n) return 0;
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t k;
+    uint32_t cp, min;
+    if ((c & 0xE0) == 0xC0) k = 1, cp = c & 0x1F, min = 0x80;
+    else if ((c & 0xF0) == 0xE0) k = 2, cp = c & 0x0F, min = 0x800;
+    else if ((c & 0xF8) == 0xF0) k = 3, cp = c & 0x07, min = 0x10000;
+    else return 0;
+    if (n <= k) return 0;
+    for (size_t j = 1; j <= k; j++) {
+        if ((s[j] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[j] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return k + 1;
+}
+
+int srv_utf8_valid(const char *str, size_t n) {
+    for (size_t i = 0; i < n;) {
+        size_t k = srv_utf8_seq((const unsigned char *)str + i, n - i);
+        if (!k) return 0;
+        i += k;
     }
     return 1;
 }
@@ -137,7 +138,7 @@ static int get_str(const cJSON *o, const char *name, const char **out, char *msg
     const cJSON *f = field(o, name);
     if (!f) return 0;
     if (!cJSON_IsString(f) || !f->valuestring) return fail(msg, cap, "%s: must be a string", name);
-    if (!utf8_valid(f->valuestring, strlen(f->valuestring))) return fail(msg, cap, "%s: not valid UTF-8", name);
+    if (!srv_utf8_valid(f->valuestring, strlen(f->valuestring))) return fail(msg, cap, "%s: not valid UTF-8", name);
     *out = f->valuestring;
     return 1;
 }
@@ -164,7 +165,7 @@ static int get_content(const cJSON *c, size_t i, const char *role, char **out, c
     }
     if (cJSON_IsString(c) && c->valuestring) {
         size_t n = strlen(c->valuestring);
-        if (!utf8_valid(c->valuestring, n)) return fail(msg, cap, "messages[%zu].content: not valid UTF-8", i);
+        if (!srv_utf8_valid(c->valuestring, n)) return fail(msg, cap, "messages[%zu].content: not valid UTF-8", i);
         *out = strdup(c->valuestring);
         return *out ? 0 : fail(msg, cap, "Out of memory");
     }
@@ -177,7 +178,7 @@ static int get_content(const cJSON *c, size_t i, const char *role, char **out, c
         if (!cJSON_IsString(t) || !t->valuestring)
             return fail(msg, cap, "messages[%zu].content[%zu]: must be an object with a \"type\"", i, j);
         if (strcmp(t->valuestring, "text") != 0) {
-            int show = strlen(t->valuestring) <= 32 && utf8_valid(t->valuestring, strlen(t->valuestring));
+            int show = strlen(t->valuestring) <= 32 && srv_utf8_valid(t->valuestring, strlen(t->valuestring));
             return fail(msg, cap, "messages[%zu].content[%zu].type: '%s' is not supported (only \"text\")", i, j,
                         show ? t->valuestring : "?");
         }
@@ -185,7 +186,7 @@ static int get_content(const cJSON *c, size_t i, const char *role, char **out, c
         if (!cJSON_IsString(x) || !x->valuestring)
             return fail(msg, cap, "messages[%zu].content[%zu].text: must be a string", i, j);
         size_t n = strlen(x->valuestring);
-        if (!utf8_valid(x->valuestring, n)) return fail(msg, cap, "messages[%zu].content[%zu].text: not valid UTF-8", i, j);
+        if (!srv_utf8_valid(x->valuestring, n)) return fail(msg, cap, "messages[%zu].content[%zu].text: not valid UTF-8", i, j);
         total += n + 1;
         j++;
     }
@@ -226,7 +227,7 @@ static int parse_messages(const cJSON *root, const srv_limits_t *lim, srv_reques
         const char *rn = role_name(ro->valuestring);
         if (!rn) {
             size_t l = strlen(ro->valuestring);
-            int show = l <= 32 && utf8_valid(ro->valuestring, l);
+            int show = l <= 32 && srv_utf8_valid(ro->valuestring, l);
             return fail(msg, cap, "messages[%zu].role: unknown role '%s' (system, user, assistant)", i,
                         show ? ro->valuestring : "?");
         }
@@ -286,7 +287,7 @@ static int parse_prompt(const cJSON *root, srv_request_t *r, char *msg, size_t c
     }
     if (!cJSON_IsString(p) || !p->valuestring)
         return fail(msg, cap, "prompt: must be a string or an array of token ids");
-    if (!utf8_valid(p->valuestring, strlen(p->valuestring))) return fail(msg, cap, "prompt: not valid UTF-8");
+    if (!srv_utf8_valid(p->valuestring, strlen(p->valuestring))) return fail(msg, cap, "prompt: not valid UTF-8");
     r->prompt_text = strdup(p->valuestring);
     return r->prompt_text ? 0 : fail(msg, cap, "Out of memory");
 }
@@ -310,7 +311,7 @@ static int parse_stop(const cJSON *root, srv_request_t *r, char *msg, size_t cap
         size_t l = strlen(e->valuestring);
         if (l == 0) return fail(msg, cap, "stop[%zu]: must not be empty", i);
         if (l > SRV_MAX_STOP_LEN) return fail(msg, cap, "stop[%zu]: longer than %d bytes", i, SRV_MAX_STOP_LEN);
-        if (!utf8_valid(e->valuestring, l)) return fail(msg, cap, "stop[%zu]: not valid UTF-8", i);
+        if (!srv_utf8_valid(e->valuestring, l)) return fail(msg, cap, "stop[%zu]: not valid UTF-8", i);
         if (!(r->stop[r->n_stop] = strdup(e->valuestring))) return fail(msg, cap, "Out of memory");
         r->n_stop++;
     }
@@ -338,7 +339,7 @@ static int parse_logit_bias(const cJSON *root, srv_request_t *r, char *msg, size
             else id = id * 10 + (k[i] - '0');
         }
         if (!ok || id > INT32_MAX) {
-            int show = kl <= 16 && utf8_valid(k, kl);
+            int show = kl <= 16 && srv_utf8_valid(k, kl);
             return fail(msg, cap, "logit_bias: key '%s' is not a token id", show ? k : "?");
         }
         if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < -100 || e->valuedouble > 100)

@@ -165,6 +165,12 @@ int srv_request_parse(srv_kind_t kind, const char *body, size_t len, const srv_l
  * with a message. */
 int srv_request_prepare(const tern_model_t *m, srv_request_t *r, const srv_limits_t *lim, char *msg, size_t msg_cap);
 
+/* Strict UTF-8 (no overlong forms, surrogates or code points past
+ * U+10FFFF): the length (1..4) of the valid sequence at s, or 0; and 1 when
+ * all n bytes are valid. */
+size_t srv_utf8_seq(const unsigned char *s, size_t n);
+int srv_utf8_valid(const char *s, size_t n);
+
 /* Session ids: [A-Za-z0-9_-], 1..SRV_SESSION_ID_MAX. 1 when valid. */
 int srv_session_id_valid(const char *id);
 /* The file for a session id inside dir: "<dir>/<id>.tsess", checked to be a
