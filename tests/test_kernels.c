@@ -472,6 +472,59 @@ static void test_odd_shapes(void **state) {
  * k-chunk), padded strides (ldx > k, ldy > rows), a zero column and a
  * column of large values. Every column must equal kern_matvec of it bit
  * for bit, at 1 and 3 threads. */
+/* kern_matmul_batch (the experts of an MoE layer): up to KERN_MAX_MULTI
+ * products of different formats, row lengths, inputs and column counts
+ * (1, a few, past the few-column kernels) in one call, some sharing an
+ * input; every column of every product equals kern_matvec of it bit for
+ * bit, at 1 and 3 threads; a bad product is an error naming it. */
+static void test_matmul_batch(void **state) {
+    (void)state;
+    int types[TYPE_COUNT];
+    const int nt = weight_types(types);
+    tern_error_t err = {0};
+    enum { NP = KERN_MAX_MULTI };
+    tmat_t a[NP];
+    kern_prod_t pr[NP];
+    float *xs[NP], *ys[NP];
+    const int64_t ncols[] = {1, 1, 3, 8, 2, 17, 5, 1, 4, 9, 1, 6, 12, 1, 2, 24};
+    uint64_t seed = 11;
+    for (int i = 0; i < NP; i++) {
+        const int type = types[(int)(tu_rand(&seed) % (uint64_t)nt)];
+        const int64_t blck = quant_traits(type)->blck, k = blck * (1 + (int64_t)(tu_rand(&seed) % 3));
+        const int64_t rows = 5 + (int64_t)(tu_rand(&seed) % 40), n = ncols[i], ldx = k + 1, ldy = rows + 2;
+        tmat_make(&a[i], type, rows, k);
+        /* products 1 and 7 read product 0's input when the row lengths match */
+        xs[i] = malloc(sizeof(float) * (size_t)(ldx * n));
+        ys[i] = malloc(sizeof(float) * (size_t)(ldy * n));
+        assert_true(xs[i] && ys[i]);
+        randn(xs[i], ldx * n, 1.0f);
+        const bool share = (i == 1 || i == 7) && n == pr[0].n && k == a[0].m.cols;
+        pr[i] = (kern_prod_t){&a[i].m, share ? pr[0].x : xs[i], n, share ? pr[0].ldx : ldx, ys[i], ldy};
+    }
+    for (int th = 1; th <= 3; th += 2) {
+        for (int i = 0; i < NP; i++) memset(ys[i], 0, sizeof(float) * (size_t)(pr[i].ldy * pr[i].n));
+        check_ok(kern_matmul_batch(g_pools[th], NP, pr, &err), &err, "matmul_batch");
+        for (int i = 0; i < NP; i++) {
+            float *y = malloc(sizeof(float) * (size_t)a[i].m.rows);
+            assert_non_null(y);
+            for (int64_t j = 0; j < pr[i].n; j++) {
+                check_ok(kern_matvec(g_pools[1], &a[i].m, pr[i].x + j * pr[i].ldx, y, &err), &err, "matvec");
+                char what[96];
+                snprintf(what, sizeof what, "matmul_batch product %d (%lld cols) column %lld", i, (long long)pr[i].n,
+                         (long long)j);
+                assert_bits_equal(y, pr[i].y + j * pr[i].ldy, a[i].m.rows, what, a[i].m.type, kern_isa_active(), th);
+            }
+            free(y);
+        }
+    }
+    kern_prod_t bad = pr[3];
+    bad.ldx = bad.w->cols - 1;
+    assert_int_equal(kern_matmul_batch(g_pools[1], 1, &bad, &err), TERN_EINVAL);
+    assert_non_null(strstr(err.msg, "ldx"));
+    assert_int_equal(kern_matmul_batch(g_pools[1], NP + 1, pr, &err), TERN_EINVAL);
+    for (int i = 0; i < NP; i++) free(xs[i]), free(ys[i]), tmat_free(&a[i]);
+}
+
 static void test_gemm_vs_matvec(void **state) {
     (void)state;
     int types[TYPE_COUNT];
@@ -1034,6 +1087,7 @@ int main(void) {
         cmocka_unit_test(test_isa_vs_scalar),
         cmocka_unit_test(test_odd_shapes),
         cmocka_unit_test(test_gemm_vs_matvec),
+        cmocka_unit_test(test_matmul_batch),
         cmocka_unit_test(test_x86_isas_agree),
         cmocka_unit_test(test_row_stride_and_empty),
         cmocka_unit_test(test_bad_arguments),

@@ -201,6 +201,19 @@ int kern_gemm(tern_pool_t *pool, const kern_mat_t *w, int64_t n, const float *x,
               int64_t ldy, tern_error_t *err);
 int kern_gemm_multi(tern_pool_t *pool, int nm, const kern_mat_t *const *w, int64_t n, const float *x,
                     int64_t ldx, float *const *y, const int64_t *ldy, tern_error_t *err);
+/* Independent products in ONE dispatch (the experts of a Mixture-of-Experts
+ * layer): y (n x w->rows, row stride ldy) = x (n x w->cols, row stride ldx)
+ * W^T for each of the np (1..KERN_MAX_MULTI) products, each with its own
+ * matrix, input and column count. Each column is bit-identical to
+ * kern_matvec of it. */
+typedef struct {
+    const kern_mat_t *w;
+    const float *x;
+    int64_t n, ldx;
+    float *y;
+    int64_t ldy;
+} kern_prod_t;
+int kern_matmul_batch(tern_pool_t *pool, int np, const kern_prod_t *p, tern_error_t *err);
 
 /* Attention over a KV cache. Cache layout: [pos][n_kv_heads][head_dim], in
  * F32 or F16 (kv_type TYPE_F32 / TYPE_F16). For query position i of a block

@@ -224,21 +224,26 @@ typedef struct {
     kern_act_fn act;
     size_t stride; /* bytes between columns, 64-aligned */
     char *base;
+    const float *x; /* its input: n columns of k floats, ldx apart */
+    int64_t n, ldx, k;
 } act_group_t;
 
 typedef struct {
     const act_group_t *g;
-    const float *x;
-    int64_t ldx, k, n;
+    int ng;
 } act_job_t;
 
+/* Column i of all the groups' columns, counted group after group. */
 static int act_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
     (void)worker;
     const act_job_t *a = ctx;
+    int gi = 0;
+    int64_t first = 0; /* index of group gi's column 0 */
     for (int64_t i = r0; i < r1; i++) {
-        const act_group_t *g = &a->g[i / a->n];
-        int64_t c = i % a->n;
-        g->act(a->x + c * a->ldx, g->base + (size_t)c * g->stride, a->k);
+        while (i >= first + a->g[gi].n) first += a->g[gi++].n;
+        const act_group_t *g = &a->g[gi];
+        const int64_t c = i - first;
+        g->act(g->x + c * g->ldx, g->base + (size_t)c * g->stride, g->k);
     }
     return 0;
 }
@@ -251,21 +256,28 @@ typedef struct {
     char *base;
 } prep_t;
 
+/* Column groups of KERN_GEMM_GROUP in the act group's n columns. */
+static int64_t col_groups(int64_t n) { return (n + KERN_GEMM_GROUP - 1) / KERN_GEMM_GROUP; }
+
 typedef struct {
     const act_group_t *g;
     const prep_t *p;
-    int64_t k, n, ngroups; /* column groups per prep */
+    int np;
 } prep_job_t;
 
+/* Column group i of all the layouts' column groups, layout after layout. */
 static int prep_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
     (void)worker;
     const prep_job_t *pj = ctx;
+    int pi = 0;
+    int64_t first = 0;
     for (int64_t i = r0; i < r1; i++) {
-        const prep_t *p = &pj->p[i / pj->ngroups];
+        while (i >= first + col_groups(pj->g[pj->p[pi].ag].n)) first += col_groups(pj->g[pj->p[pi++].ag].n);
+        const prep_t *p = &pj->p[pi];
         const act_group_t *g = &pj->g[p->ag];
-        const int64_t gi = i % pj->ngroups, c0 = gi * KERN_GEMM_GROUP;
-        const int nc = pj->n - c0 < KERN_GEMM_GROUP ? (int)(pj->n - c0) : KERN_GEMM_GROUP;
-        p->gemm->prep(pj->k, g->base + (size_t)c0 * g->stride, g->stride, nc, p->base + (size_t)gi * p->group_bytes);
+        const int64_t gi = i - first, c0 = gi * KERN_GEMM_GROUP;
+        const int nc = g->n - c0 < KERN_GEMM_GROUP ? (int)(g->n - c0) : KERN_GEMM_GROUP;
+        p->gemm->prep(g->k, g->base + (size_t)c0 * g->stride, g->stride, nc, p->base + (size_t)gi * p->group_bytes);
     }
     return 0;
 }
@@ -283,7 +295,15 @@ typedef struct {
     const int64_t *ldy;  /* per matrix; NULL: n == 1 */
     float *ycol2[2];     /* matvec2's separate outputs (nm == 1, n == 2) */
     const float *xcol2[2];
+    /* kern_matmul_batch: matrix i's own input xs[i] (ns[i] columns, ldxs[i]
+     * apart); NULL: every matrix reads x (n columns, ldx apart). */
+    const float *const *xs;
+    const int64_t *ns, *ldxs;
 } drive_t;
+
+static inline const float *d_x(const drive_t *d, int i) { return d->xs ? d->xs[i] : d->x; }
+static inline int64_t d_n(const drive_t *d, int i) { return d->ns ? d->ns[i] : d->n; }
+static inline int64_t d_ldx(const drive_t *d, int i) { return d->ldxs ? d->ldxs[i] : d->ldx; }
 
 static int check_mat(const drive_t *d, int i, const kern_mat_t *m, kern_isa_t isa, const kern_ops_t **ops,
                      tern_error_t *err) {
@@ -320,29 +340,35 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
     if (d->nm < 1 || d->nm > KERN_MAX_MULTI)
         return tern_err(err, TERN_EINVAL, "%s: %d matrices (1..%d)", d->fn, d->nm, KERN_MAX_MULTI);
     if (!d->w) return tern_err(err, TERN_EINVAL, "%s: matrix list is NULL", d->fn);
-    if (d->n < 1) return tern_err(err, TERN_EINVAL, "%s: %lld columns (need >= 1)", d->fn, (long long)d->n);
     kern_isa_t isa = kern_isa_active();
     const kern_ops_t *ops[KERN_MAX_MULTI];
     for (int i = 0; i < d->nm; i++) {
         int rc = check_mat(d, i, d->w[i], isa, &ops[i], err);
         if (rc) return rc;
+        if (d_n(d, i) < 1)
+            return tern_err(err, TERN_EINVAL, "%s: %lld columns (need >= 1) for matrix %d", d->fn,
+                            (long long)d_n(d, i), i);
     }
-    const int64_t k = d->w[0]->cols;
-    for (int i = 1; i < d->nm; i++)
-        if (d->w[i]->cols != k)
-            return tern_err(err, TERN_EINVAL, "%s: matrix %d has %lld cols, matrix 0 has %lld", d->fn, i,
-                            (long long)d->w[i]->cols, (long long)k);
+    if (!d->xs) {
+        const int64_t k = d->w[0]->cols;
+        for (int i = 1; i < d->nm; i++)
+            if (d->w[i]->cols != k)
+                return tern_err(err, TERN_EINVAL, "%s: matrix %d has %lld cols, matrix 0 has %lld", d->fn, i,
+                                (long long)d->w[i]->cols, (long long)k);
+    }
     if (d->xcol2[0]) {
         if (!d->xcol2[1] || !d->ycol2[0] || !d->ycol2[1])
             return tern_err(err, TERN_EINVAL, "%s: NULL input or output vector", d->fn);
     } else {
-        if (!d->x) return tern_err(err, TERN_EINVAL, "%s: input is NULL", d->fn);
-        if (d->n > 1 && d->ldx < k)
-            return tern_err(err, TERN_EINVAL, "%s: ldx %lld < cols %lld", d->fn, (long long)d->ldx, (long long)k);
         if (!d->y) return tern_err(err, TERN_EINVAL, "%s: output list is NULL", d->fn);
         for (int i = 0; i < d->nm; i++) {
+            const int64_t k = d->w[i]->cols;
+            if (!d_x(d, i)) return tern_err(err, TERN_EINVAL, "%s: input is NULL (matrix %d)", d->fn, i);
+            if (d_n(d, i) > 1 && d_ldx(d, i) < k)
+                return tern_err(err, TERN_EINVAL, "%s: ldx %lld < cols %lld (matrix %d)", d->fn,
+                                (long long)d_ldx(d, i), (long long)k, i);
             if (!d->y[i]) return tern_err(err, TERN_EINVAL, "%s: output %d is NULL", d->fn, i);
-            if (d->n > 1 && d->ldy[i] < d->w[i]->rows)
+            if (d_n(d, i) > 1 && d->ldy[i] < d->w[i]->rows)
                 return tern_err(err, TERN_EINVAL, "%s: ldy %lld < rows %lld (matrix %d)", d->fn,
                                 (long long)d->ldy[i], (long long)d->w[i]->rows, i);
         }
@@ -352,42 +378,51 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
     bool use_gemm[KERN_MAX_MULTI], small[KERN_MAX_MULTI];
     for (int i = 0; i < d->nm; i++) {
         const kern_gemm_t *g = ops[i]->gemm;
+        const int64_t n = d_n(d, i);
         /* A format with a few-column kernel takes 3 and 4 columns there too
          * (it reads each weight once for all of them; the dot fn tiles do
          * too but decode per column pair). */
-        small[i] = !d->xcol2[0] && g && g->run_small && d->n >= KERN_GEMM_SMALL_MIN_COLS && d->n <= g->small_cols;
-        use_gemm[i] = small[i] || (!d->xcol2[0] && d->n >= KERN_GEMM_MIN_COLS && g != NULL);
+        small[i] = !d->xcol2[0] && g && g->run_small && n >= KERN_GEMM_SMALL_MIN_COLS && n <= g->small_cols;
+        use_gemm[i] = small[i] || (!d->xcol2[0] && n >= KERN_GEMM_MIN_COLS && g != NULL);
     }
 
-    /* Group the matrices by act fn; lay out each group's columns. */
+    /* Group the matrices by (act fn, input); lay out each group's columns. */
     act_group_t groups[KERN_MAX_MULTI];
     int gi[KERN_MAX_MULTI];
     int ng = 0;
     uint64_t total = 0;
     for (int i = 0; i < d->nm; i++) {
+        const int64_t k = d->w[i]->cols, n = d->xcol2[0] ? 2 : d_n(d, i);
+        const float *x = d->xcol2[0] ? NULL : d_x(d, i);
+        const int64_t ldx = d_ldx(d, i);
         int g = 0;
-        while (g < ng && groups[g].act != ops[i]->act) g++;
+        while (g < ng && !(groups[g].act == ops[i]->act && groups[g].x == x && groups[g].n == n &&
+                           groups[g].k == k && (n == 1 || groups[g].ldx == ldx)))
+            g++;
         size_t bytes = kern_act_size(d->w[i]->type, k);
         if (bytes == 0) return tern_err(err, TERN_EINVAL, "%s: cannot size activations of %lld", d->fn, (long long)k);
         uint64_t stride = ((uint64_t)bytes + 63) & ~(uint64_t)63;
         if (g == ng) {
-            groups[ng++] = (act_group_t){ops[i]->act, (size_t)stride, NULL};
+            groups[ng++] = (act_group_t){ops[i]->act, (size_t)stride, NULL, x, n, ldx, k};
         } else if (stride > groups[g].stride) {
             groups[g].stride = (size_t)stride;
         }
         gi[i] = g;
     }
+    int64_t act_cols = 0;
     for (int g = 0; g < ng; g++) {
         uint64_t sz;
-        if (tern_mul_overflow_u64((uint64_t)d->n, groups[g].stride, &sz) || tern_add_overflow_u64(total, sz, &total))
+        if (tern_mul_overflow_u64((uint64_t)groups[g].n, groups[g].stride, &sz) ||
+            tern_add_overflow_u64(total, sz, &total))
             return tern_err(err, TERN_EINVAL, "%s: %lld columns of %lld: activations overflow", d->fn,
-                            (long long)d->n, (long long)k);
+                            (long long)groups[g].n, (long long)groups[g].k);
+        act_cols += groups[g].n;
     }
     /* GEMM layouts, one per (act group, prep fn), after the act rows. */
     prep_t preps[KERN_MAX_MULTI];
     int pi[KERN_MAX_MULTI];
     int np = 0;
-    const int64_t ncg = (d->n + KERN_GEMM_GROUP - 1) / KERN_GEMM_GROUP;
+    int64_t prep_groups = 0;
     for (int i = 0; i < d->nm; i++) {
         pi[i] = -1;
         if (!use_gemm[i] || small[i] || !ops[i]->gemm->prep) continue;
@@ -396,13 +431,17 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
                            preps[p].gemm->group_size == ops[i]->gemm->group_size))
             p++;
         if (p == np) {
-            size_t gb = ops[i]->gemm->group_size(k);
-            if (gb == 0) return tern_err(err, TERN_EINVAL, "%s: cannot size GEMM activations of %lld", d->fn, (long long)k);
+            const act_group_t *ag = &groups[gi[i]];
+            size_t gb = ops[i]->gemm->group_size(ag->k);
+            if (gb == 0)
+                return tern_err(err, TERN_EINVAL, "%s: cannot size GEMM activations of %lld", d->fn, (long long)ag->k);
             uint64_t gstride = ((uint64_t)gb + 63) & ~(uint64_t)63, sz;
-            if (tern_mul_overflow_u64((uint64_t)ncg, gstride, &sz) || tern_add_overflow_u64(total, sz, &total))
+            if (tern_mul_overflow_u64((uint64_t)col_groups(ag->n), gstride, &sz) ||
+                tern_add_overflow_u64(total, sz, &total))
                 return tern_err(err, TERN_EINVAL, "%s: %lld columns of %lld: GEMM activations overflow", d->fn,
-                                (long long)d->n, (long long)k);
+                                (long long)ag->n, (long long)ag->k);
             preps[np++] = (prep_t){gi[i], ops[i]->gemm, (size_t)gstride, NULL};
+            prep_groups += col_groups(ag->n);
         }
         pi[i] = p;
     }
@@ -413,35 +452,34 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
     size_t off = 0;
     for (int g = 0; g < ng; g++) {
         groups[g].base = ws + off;
-        off += (size_t)d->n * groups[g].stride;
+        off += (size_t)groups[g].n * groups[g].stride;
     }
     for (int p = 0; p < np; p++) {
         preps[p].base = ws + off;
-        off += (size_t)ncg * preps[p].group_bytes;
+        off += (size_t)col_groups(groups[preps[p].ag].n) * preps[p].group_bytes;
     }
 
     if (d->xcol2[0]) {
         for (int g = 0; g < ng; g++)
-            for (int c = 0; c < 2; c++) groups[g].act(d->xcol2[c], groups[g].base + c * groups[g].stride, k);
-    } else if (d->n >= ACT_PARALLEL_MIN_COLS && tern_pool_threads(pool) > 1) {
-        act_job_t aj = {groups, d->x, d->ldx, k, d->n};
-        tern_range_t ar = {act_rows, &aj, (int64_t)ng * d->n, 1, k * (int64_t)sizeof(float)};
+            for (int c = 0; c < 2; c++) groups[g].act(d->xcol2[c], groups[g].base + c * groups[g].stride, groups[g].k);
+    } else if ((d->xs ? act_cols : d->n) >= ACT_PARALLEL_MIN_COLS && tern_pool_threads(pool) > 1) {
+        act_job_t aj = {groups, ng};
+        tern_range_t ar = {act_rows, &aj, act_cols, 1, groups[0].k * (int64_t)sizeof(float)};
         int rc = tern_pool_run(pool, &ar, 1, err);
         if (rc) return rc;
     } else {
-        for (int g = 0; g < ng; g++)
-            for (int64_t c = 0; c < d->n; c++)
-                groups[g].act(d->x + c * d->ldx, groups[g].base + (size_t)c * groups[g].stride, k);
+        act_job_t aj = {groups, ng};
+        act_rows(&aj, 0, act_cols, 0);
     }
 
     if (np > 0) {
-        prep_job_t pj = {groups, preps, k, d->n, ncg};
-        if (ncg * np > 1 && tern_pool_threads(pool) > 1) {
-            tern_range_t pr = {prep_rows, &pj, (int64_t)np * ncg, 1, k * KERN_GEMM_GROUP};
+        prep_job_t pj = {groups, preps, np};
+        if (prep_groups > 1 && tern_pool_threads(pool) > 1) {
+            tern_range_t pr = {prep_rows, &pj, prep_groups, 1, groups[preps[0].ag].k * KERN_GEMM_GROUP};
             int rc = tern_pool_run(pool, &pr, 1, err);
             if (rc) return rc;
         } else {
-            prep_rows(&pj, 0, (int64_t)np * ncg, 0);
+            prep_rows(&pj, 0, prep_groups, 0);
         }
     }
 
@@ -451,15 +489,17 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
     for (int i = 0; i < d->nm; i++) {
         const kern_mat_t *m = d->w[i];
         if (m->rows == 0) continue;
+        const act_group_t *ag = &groups[gi[i]];
+        const int64_t k = m->cols, n = ag->n;
         mv_job_t *j = &jobs[nr];
         *j = (mv_job_t){.dot = ops[i]->dot,
                         .rows = ops[i]->rows,
                         .k = k,
                         .row_bytes = m->row_bytes,
                         .w = m->data,
-                        .xa = groups[gi[i]].base,
-                        .xa_stride = groups[gi[i]].stride,
-                        .n = d->n,
+                        .xa = ag->base,
+                        .xa_stride = ag->stride,
+                        .n = n,
                         .y = d->y ? d->y[i] : NULL,
                         .ldy = d->ldy ? d->ldy[i] : 0};
         if (d->xcol2[0]) {
@@ -470,7 +510,7 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
             const kern_gemm_t *gm = ops[i]->gemm;
             j->gemm = gm;
             j->small = small[i];
-            j->gargs = (kern_gemm_args_t){.k = k, .n = d->n, .xa = j->xa, .xa_stride = j->xa_stride};
+            j->gargs = (kern_gemm_args_t){.k = k, .n = n, .xa = j->xa, .xa_stride = j->xa_stride};
             if (pi[i] >= 0) {
                 j->gargs.xg = preps[pi[i]].base;
                 j->gargs.xg_group = preps[pi[i]].group_bytes;
@@ -482,7 +522,7 @@ static int drive(tern_pool_t *pool, drive_t *d, tern_error_t *err) {
         /* The serial gate weighs bytes touched; a row of GEMM touches its
          * weights once but computes n columns on them. */
         int64_t cost = (int64_t)m->row_bytes;
-        int64_t tiles = (d->n + KERN_MAX_COLS - 1) / KERN_MAX_COLS;
+        int64_t tiles = (n + KERN_MAX_COLS - 1) / KERN_MAX_COLS;
         cost = cost > INT64_MAX / tiles ? INT64_MAX : cost * tiles;
         ranges[nr] = (tern_range_t){mv_rows, j, m->rows, ROW_ALIGN, cost};
         nr++;
@@ -525,5 +565,22 @@ int kern_gemm_multi(tern_pool_t *pool, int nm, const kern_mat_t *const *w, int64
                     int64_t ldx, float *const *y, const int64_t *ldy, tern_error_t *err) {
     if (n > 1 && !ldy) return tern_err(err, TERN_EINVAL, "kern_gemm_multi: ldy is NULL");
     drive_t d = {.fn = "kern_gemm_multi", .nm = nm, .w = w, .n = n, .x = x, .ldx = ldx, .y = y, .ldy = ldy};
+    return drive(pool, &d, err);
+}
+
+int kern_matmul_batch(tern_pool_t *pool, int np, const kern_prod_t *p, tern_error_t *err) {
+    if (np < 1 || np > KERN_MAX_MULTI)
+        return tern_err(err, TERN_EINVAL, "kern_matmul_batch: %d products (1..%d)", np, KERN_MAX_MULTI);
+    if (!p) return tern_err(err, TERN_EINVAL, "kern_matmul_batch: product list is NULL");
+    const kern_mat_t *w[KERN_MAX_MULTI];
+    const float *xs[KERN_MAX_MULTI];
+    float *y[KERN_MAX_MULTI];
+    int64_t ns[KERN_MAX_MULTI], ldxs[KERN_MAX_MULTI], ldy[KERN_MAX_MULTI];
+    for (int i = 0; i < np; i++) {
+        w[i] = p[i].w, xs[i] = p[i].x, y[i] = p[i].y;
+        ns[i] = p[i].n, ldxs[i] = p[i].ldx, ldy[i] = p[i].ldy;
+    }
+    drive_t d = {.fn = "kern_matmul_batch", .nm = np, .w = w, .n = 0, .y = y, .ldy = ldy, .xs = xs, .ns = ns,
+                 .ldxs = ldxs};
     return drive(pool, &d, err);
 }
