@@ -77,6 +77,44 @@ typedef struct tern_sampler tern_sampler_t;
 tern_model_t *tern_model_load(const char *path, tern_error_t *err);
 void tern_model_free(tern_model_t *m);
 
+/* Mixture-of-Experts models (qwen2moe, qwen3moe, olmoe, Mixtral) can keep
+ * their routed experts in a cache filled from the file by an I/O pool
+ * (direct reads where the file system allows them), so a model larger than
+ * memory runs: the dense weights stay resident, the experts a token needs
+ * are read while the cached ones compute. The logits are the same bits
+ * whatever the cache size, prefetch and pinning. Ignored for dense models. */
+#define TERN_EXPERTS_AUTO (-1) /* all experts through the mapping when the file fits in memory, else a cache of what fits */
+#define TERN_EXPERTS_MMAP 0    /* through the mapping and the page cache (no cache of tern's own) */
+typedef struct {
+    int64_t expert_cache_bytes; /* TERN_EXPERTS_AUTO, TERN_EXPERTS_MMAP or a size in bytes */
+    int io_threads;             /* readers of the expert cache; <= 0: 8 */
+    int expert_prefetch;        /* 1: hint the next layer's likely experts; 0: no; < 0: the default (off) */
+    int expert_pin;             /* 1: pin the most used experts (counts kept per model file); 0: no; < 0: default (off) */
+    const char *expert_usage_path; /* the counts file (NULL: $XDG_CACHE_HOME/tern or ~/.cache/tern, by file name and size) */
+} tern_model_params_t;
+tern_model_params_t tern_model_default_params(void);
+/* tern_model_load with parameters (p NULL: the defaults). Besides
+ * tern_model_load's errors: TERN_EINVAL for a bad parameter. */
+tern_model_t *tern_model_load_ex(const char *path, const tern_model_params_t *p, tern_error_t *err);
+
+/* The expert cache's counters since load (or the last reset); all zero and
+ * active 0 without a cache. */
+typedef struct {
+    int active;                  /* 1: experts go through tern's cache */
+    int direct;                  /* 1: reads bypass the page cache (O_DIRECT) */
+    int n_slots, n_pinned;       /* slots (one expert each), slots pinned by usage */
+    uint64_t slot_bytes, cache_bytes, expert_bytes; /* one slot; all slots; all routed experts of the file */
+    uint64_t hits, misses;       /* experts a forward pass asked for: in the cache / read */
+    uint64_t prefetched, prefetch_used; /* loads started by next-layer hints; of those, asked for later */
+    uint64_t pred_hits, pred_total; /* experts a layer chose that the previous layer's hint named; experts chosen */
+    uint64_t bytes_read;
+    uint64_t read_ns;            /* summed over the I/O threads */
+    uint64_t wait_ns;            /* time the forward pass waited for reads */
+    uint64_t evictions;
+} tern_expert_stats_t;
+void tern_model_expert_stats(const tern_model_t *m, tern_expert_stats_t *st);
+void tern_model_expert_stats_reset(tern_model_t *m);
+
 /* Facts about a loaded model (never fail). Strings are owned by the model. */
 const char *tern_model_arch(const tern_model_t *m);      /* "llama", "qwen2", "qwen3" */
 const char *tern_model_type_name(const tern_model_t *m); /* "Q8_0", "Q4_K_M" ... (general.file_type or dominant) */

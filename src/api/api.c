@@ -5,11 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "tern.h"
 #include "core/common.h"
 #include "core/cpu.h"
 #include "kernels/kernels.h"
+#include "model/expert_cache.h"
 #include "model/model.h"
 #include "model/session.h"
 #include "text/sampler.h"
@@ -70,11 +72,63 @@ static const char *ftype_name(uint64_t ft) {
     return NULL;
 }
 
-tern_model_t *tern_model_load(const char *path, tern_error_t *err) {
+tern_model_params_t tern_model_default_params(void) {
+    return (tern_model_params_t){.expert_cache_bytes = TERN_EXPERTS_AUTO, .expert_prefetch = -1, .expert_pin = -1};
+}
+
+/* The usage counts file of path: $XDG_CACHE_HOME/tern (or ~/.cache/tern)
+ * /NAME-SIZE.usage, the directory created; false if there is no home. */
+static bool usage_path(const char *path, uint64_t size, char *out, size_t cap) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    char dir[3072];
+    if (xdg && xdg[0]) snprintf(dir, sizeof dir, "%s/tern", xdg);
+    else if (home && home[0]) snprintf(dir, sizeof dir, "%s/.cache/tern", home);
+    else return false;
+    char parent[3072];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash) {
+        *slash = 0;
+        (void)mkdir(parent, 0755);
+    }
+    (void)mkdir(dir, 0755);
+    const char *b = strrchr(path, '/');
+    snprintf(out, cap, "%s/%s-%llu.usage", dir, b ? b + 1 : path, (unsigned long long)size);
+    return true;
+}
+
+/* Attach the expert cache p asks for (or the default's) to a loaded MoE model. */
+static int setup_experts(tern_model_t *tm, const char *path, const tern_model_params_t *p, tern_error_t *err) {
+    model_t *m = tm->m;
+    if (m->hp.n_expert <= 0 || p->expert_cache_bytes == TERN_EXPERTS_MMAP) return 0;
+    const uint64_t fsize = gguf_file_size(m->file), dense = fsize - m->expert_bytes;
+    uint64_t bytes;
+    if (p->expert_cache_bytes == TERN_EXPERTS_AUTO) {
+        const uint64_t avail = model_mem_available();
+        const uint64_t margin = (uint64_t)1 << 30; /* KV cache, activations, the rest of the system */
+        if (!avail || fsize + margin <= avail) return 0; /* it fits: the mapping serves */
+        bytes = avail > dense + 2 * margin ? avail - dense - 2 * margin : 0;
+    } else if (p->expert_cache_bytes > 0) {
+        bytes = (uint64_t)p->expert_cache_bytes;
+    } else {
+        return tern_err(err, TERN_EINVAL, "expert cache size %lld is not valid", (long long)p->expert_cache_bytes);
+    }
+    char up[4096];
+    const bool pin = p->expert_pin > 0;
+    const char *pin_path = NULL;
+    if (p->expert_usage_path) pin_path = p->expert_usage_path;
+    else if (usage_path(path, fsize, up, sizeof up)) pin_path = up;
+    return model_expert_cache(m, path, bytes, p->io_threads, pin_path, pin ? 0.5 : 0.0, p->expert_prefetch > 0, err);
+}
+
+tern_model_t *tern_model_load(const char *path, tern_error_t *err) { return tern_model_load_ex(path, NULL, err); }
+
+tern_model_t *tern_model_load_ex(const char *path, const tern_model_params_t *params, tern_error_t *err) {
     if (!path) {
         tern_err(err, TERN_EINVAL, "tern_model_load: NULL path");
         return NULL;
     }
+    const tern_model_params_t p = params ? *params : tern_model_default_params();
     uint64_t t0 = tern_now_ns();
     tern_model_t *tm = calloc(1, sizeof *tm);
     if (!tm) {
@@ -83,6 +137,11 @@ tern_model_t *tern_model_load(const char *path, tern_error_t *err) {
     }
     tm->m = model_load(path, err);
     if (!tm->m) {
+        free(tm);
+        return NULL;
+    }
+    if (setup_experts(tm, path, &p, err)) {
+        model_free(tm->m);
         free(tm);
         return NULL;
     }
@@ -138,6 +197,34 @@ uint64_t tern_model_n_params(const tern_model_t *m) { return m->m->n_params; }
 uint64_t tern_model_file_size(const tern_model_t *m) { return gguf_file_size(m->m->file); }
 uint64_t tern_model_bytes_per_token(const tern_model_t *m) { return m->m->weight_bytes_per_token; }
 double tern_model_load_ms(const tern_model_t *m) { return m->load_ms; }
+
+void tern_model_expert_stats(const tern_model_t *m, tern_expert_stats_t *st) {
+    memset(st, 0, sizeof *st);
+    st->expert_bytes = m->m->expert_bytes;
+    if (!m->m->ec) return;
+    ec_stats_t e;
+    ec_stats(m->m->ec, &e);
+    st->active = 1;
+    st->direct = e.direct;
+    st->n_slots = e.n_slots;
+    st->n_pinned = e.n_pinned;
+    st->slot_bytes = e.slot_bytes;
+    st->cache_bytes = (uint64_t)e.n_slots * e.slot_bytes;
+    st->hits = e.hits;
+    st->misses = e.misses;
+    st->prefetched = e.prefetched;
+    st->prefetch_used = e.prefetch_used;
+    st->pred_hits = e.pred_hits;
+    st->pred_total = e.pred_total;
+    st->bytes_read = e.bytes_read;
+    st->read_ns = e.read_ns;
+    st->wait_ns = e.wait_ns;
+    st->evictions = e.evictions;
+}
+
+void tern_model_expert_stats_reset(tern_model_t *m) {
+    if (m->m->ec) ec_stats_reset(m->m->ec);
+}
 
 /* ---- tokens ---- */
 

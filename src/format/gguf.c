@@ -547,6 +547,12 @@ static gguf_file_t *finish_open(gguf_file_t *f, const char *path, tern_error_t *
     return f;
 }
 
+int64_t gguf_file_offset(const gguf_file_t *f, const void *p) {
+    const uint8_t *q = p;
+    if (!f || !q || q < f->base || (size_t)(q - f->base) > f->len) return -1;
+    return (int64_t)(q - f->base);
+}
+
 gguf_file_t *gguf_open_buffer(const void *buf, size_t len, tern_error_t *err) {
     if (!buf && len) {
         tern_err(err, TERN_EINVAL, "gguf_open_buffer: NULL buffer");

@@ -51,6 +51,10 @@ void gguf_close(gguf_file_t *f);
 uint32_t gguf_version(const gguf_file_t *f);
 uint64_t gguf_file_size(const gguf_file_t *f);
 uint32_t gguf_alignment(const gguf_file_t *f);
+/* The offset in the file of p, a pointer into the file's bytes (tensor data,
+ * strings), or -1 when p is not one: for reading those bytes again by
+ * another route (the expert cache's direct reads). */
+int64_t gguf_file_offset(const gguf_file_t *f, const void *p);
 
 /* Metadata. */
 int64_t gguf_n_kv(const gguf_file_t *f);

@@ -12,6 +12,7 @@
 
 #include "core/common.h"
 #include "format/quant.h"
+#include "model/expert_cache.h"
 #include "model/model_ctx.h"
 
 model_ctx_params_t model_ctx_default_params(void) {
@@ -21,7 +22,7 @@ model_ctx_params_t model_ctx_default_params(void) {
 }
 
 /* Memory the system could give us now (Linux: MemAvailable), 0 if unknown. */
-static uint64_t mem_available(void) {
+uint64_t model_mem_available(void) {
     FILE *fp = fopen("/proc/meminfo", "r");
     uint64_t kb = 0;
     if (fp) {
@@ -52,6 +53,24 @@ static void ctx_free_buffers(model_ctx_t *c) {
     tern_free(c->hb);
     tern_free(c->hb2);
     tern_free(c->logits);
+    tern_free(c->mlog);
+    free(c->msel);
+    tern_free(c->mwt);
+    free(c->mrow);
+    tern_free(c->mx);
+    tern_free(c->mg);
+    tern_free(c->mu);
+    tern_free(c->my);
+    tern_free(c->msh);
+    tern_free(c->mshy);
+    free(c->mcnt);
+    free(c->mact);
+    free(c->mexp);
+    free(c->mslot);
+    free(c->mst);
+    tern_free(c->mlog2);
+    free(c->mpred);
+    tern_free(c->mprob);
     free(c->ids);
     free(c->aq);
     free(c->bt);
@@ -98,8 +117,13 @@ model_ctx_t *model_ctx_new(const model_t *m, const model_ctx_params_t *p, char *
         /* The model's context by default, but never more KV cache than half of
          * the memory left after the weights (pages are touched as used, so an
          * overestimate only costs address space; this keeps it honest). */
-        uint64_t avail = mem_available();
+        uint64_t avail = model_mem_available();
         uint64_t fsize = gguf_file_size(m->file);
+        if (m->ec) { /* streamed experts: what stays in memory is the rest plus the cache */
+            ec_stats_t es;
+            ec_stats(m->ec, &es);
+            fsize = fsize - m->expert_bytes + (uint64_t)es.n_slots * es.slot_bytes;
+        }
         uint64_t budget = avail > fsize ? (avail - fsize) / 2 : 0;
         if (avail && (uint64_t)c->n_ctx * per_pos > budget) {
             int64_t fit = (int64_t)(budget / per_pos) / 256 * 256;
@@ -129,8 +153,37 @@ model_ctx_t *model_ctx_new(const model_t *m, const model_ctx_params_t *p, char *
     c->k = alloc_f(B, KVD);
     c->v = alloc_f(B, KVD);
     c->att = alloc_f(B, QD);
-    c->hb = alloc_f(B, hp->n_ff);
-    c->hb2 = alloc_f(B, hp->n_ff);
+    const int64_t F = hp->n_ff > hp->n_ff_shexp ? hp->n_ff : hp->n_ff_shexp;
+    c->hb = alloc_f(B, F);
+    c->hb2 = alloc_f(B, F);
+    if (hp->n_expert > 0) {
+        const int64_t K = hp->n_expert_used, BK = B * K; /* K <= E <= MAX_EXPERT: no overflow */
+        c->mlog = alloc_f(B, hp->n_expert);
+        c->msel = malloc((size_t)BK * sizeof *c->msel);
+        c->mwt = alloc_f(B, K);
+        c->mrow = malloc((size_t)BK * sizeof *c->mrow);
+        c->mx = alloc_f(BK, D);
+        c->mg = alloc_f(BK, hp->n_ff_exp);
+        c->mu = alloc_f(BK, hp->n_ff_exp);
+        c->my = alloc_f(BK, D);
+        c->msh = alloc_f(B, 1);
+        c->mshy = alloc_f(B, D);
+        c->mcnt = malloc((size_t)(3 * hp->n_expert) * sizeof *c->mcnt);
+        c->mprob = alloc_f(1, hp->n_expert);
+        c->mact = malloc((size_t)hp->n_expert * sizeof *c->mact);
+        c->mexp = malloc((size_t)hp->n_expert * sizeof *c->mexp);
+        c->mslot = malloc((size_t)hp->n_expert * sizeof *c->mslot);
+        c->mst = malloc((size_t)hp->n_expert);
+        c->mlog2 = alloc_f(B, hp->n_expert);
+        c->mpred = calloc((size_t)hp->n_expert, 1);
+        c->mpred_layer = -1;
+        if (!c->mlog2 || !c->mpred || !c->mact || !c->mexp || !c->mslot || !c->mst || !c->mcnt || !c->mprob || !c->mlog || !c->msel || !c->mwt || !c->mrow || !c->mx || !c->mg || !c->mu || !c->my || !c->msh ||
+            !c->mshy) {
+            tern_err(err, TERN_ENOMEM, "model: out of memory for the expert buffers of a block of %lld positions",
+                     (long long)c->n_batch);
+            goto fail;
+        }
+    }
     c->logits = alloc_f(1, hp->n_vocab);
     c->ids = malloc((size_t)B * sizeof *c->ids);
     c->aq = malloc((size_t)B * sizeof *c->aq);

@@ -22,6 +22,7 @@
 
 #include "core/common.h"
 #include "format/quant.h"
+#include "model/expert_cache.h"
 #include "model/model_ctx.h"
 
 /* Return the error of a failing step. */
@@ -136,7 +137,9 @@ typedef enum {
     STEP_NORM,       /* xb = rmsnorm(x) * w */
     STEP_QKV,        /* biases, per-head Q/K norms, RoPE, the KV store of layer l */
     STEP_RESID_NORM, /* x += xb2, then xb = rmsnorm(x) * w (w NULL: the add alone) */
-    STEP_SILU        /* hb = silu(hb) * hb2 */
+    STEP_SILU,       /* hb = silu(hb) * hb2 (width n_ff, or n_ff_shexp for the shared expert) */
+    STEP_MOE_SILU,   /* rows of (token, expert) pairs: mg = silu(mg) * mu */
+    STEP_MOE_MIX     /* xb2 = the token's experts' outputs weighted, best first (+ the shared expert) */
 } step_t;
 
 typedef struct {
@@ -147,7 +150,32 @@ typedef struct {
     const float *w;
     int64_t l;
     step_t step;
+    int64_t width; /* STEP_SILU, STEP_MOE_SILU: the row width */
 } step_job_t;
+
+/* Token i's feed-forward output of an MoE layer: xb2 = sum over its K
+ * experts, best first, of weight * output (each product rounded, then
+ * added in that order), then + sigmoid gate * the shared expert's output
+ * (qwen2moe). The same operations whether the experts ran as matvecs or
+ * in GEMMs of many tokens (whose columns have the matvec's bits). */
+static void moe_mix_row(model_ctx_t *c, int64_t i) {
+    const model_hparams_t *hp = &c->m->hp;
+    const int64_t D = hp->n_embd, K = hp->n_expert_used;
+    float *out = c->xb2 + i * D;
+    for (int64_t r = 0; r < K; r++) {
+        const float w = c->mwt[i * K + r];
+        const float *y = c->my + c->mrow[i * K + r] * D;
+        if (r == 0)
+            for (int64_t d = 0; d < D; d++) out[d] = w * y[d];
+        else
+            for (int64_t d = 0; d < D; d++) out[d] += w * y[d];
+    }
+    if (hp->n_ff_shexp > 0) {
+        const float g = c->msh[i];
+        const float *y = c->mshy + i * D;
+        for (int64_t d = 0; d < D; d++) out[d] += g * y[d];
+    }
+}
 
 static int step_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
     (void)worker;
@@ -155,7 +183,7 @@ static int step_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
     model_ctx_t *c = j->c;
     const model_hparams_t *hp = &c->m->hp;
     const int64_t D = hp->n_embd, HD = hp->head_dim, NH = hp->n_head, NKV = hp->n_head_kv;
-    const int64_t QD = NH * HD, KVD = NKV * HD, F = hp->n_ff;
+    const int64_t QD = NH * HD, KVD = NKV * HD;
     const float eps = hp->rms_eps;
     for (int64_t i = r0; i < r1; i++) {
         switch (j->step) {
@@ -169,8 +197,12 @@ static int step_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
                 kern_add(k, L->bk, KVD);
                 kern_add(v, L->bv, KVD);
             }
-            /* qwen3: every head of q (NH, HD) and k (NKV, HD) = rmsnorm(head) * q_norm, k_norm */
-            if (L->q_norm) {
+            /* qwen3: every head of q (NH, HD) and k (NKV, HD) = rmsnorm(head) * q_norm, k_norm;
+             * olmoe: q (QD) and k (KVD) normed whole */
+            if (L->q_norm && hp->qk_norm_full) {
+                kern_rmsnorm(q, q, L->q_norm, QD, eps);
+                kern_rmsnorm(k, k, L->k_norm, KVD, eps);
+            } else if (L->q_norm) {
                 rmsnorm_rows(q, q, L->q_norm, NH, HD, eps);
                 rmsnorm_rows(k, k, L->k_norm, NKV, HD, eps);
             }
@@ -185,7 +217,13 @@ static int step_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
             kern_add(c->x + i * D, c->xb2 + i * D, D);
             if (j->w) kern_rmsnorm(c->xb + i * D, c->x + i * D, j->w, D, eps);
             break;
-        case STEP_SILU: kern_silu_mul(c->hb + i * F, c->hb2 + i * F, F); break;
+        case STEP_SILU: kern_silu_mul(c->hb + i * j->width, c->hb2 + i * j->width, j->width); break;
+        case STEP_MOE_SILU: {
+            const int64_t q = c->mrow0 + i;
+            kern_silu_mul(c->mg + q * j->width, c->mu + q * j->width, j->width);
+            break;
+        }
+        case STEP_MOE_MIX: moe_mix_row(c, i); break;
         }
     }
     return 0;
@@ -194,19 +232,273 @@ static int step_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
 /* One step over the n rows: on the caller for one row, else one dispatch. */
 static int step(model_ctx_t *c, step_t st, const model_tok_t *t, int64_t n, const model_layer_t *L, int64_t l,
                 const kern_rope_t *rope, const float *w, tern_error_t *err) {
-    step_job_t j = {c, t, L, rope, w, l, st};
-    if (n == 1) return step_rows(&j, 0, 1, 0);
     const model_hparams_t *hp = &c->m->hp;
+    step_job_t j = {c, t, L, rope, w, l, st, hp->n_ff};
+    if (st == STEP_MOE_SILU) j.width = hp->n_ff_exp;
+    if (st == STEP_SILU && L && L->experts) j.width = hp->n_ff_shexp;
+    if (n == 1) return step_rows(&j, 0, 1, 0);
     /* cost of a row in the pool's unit, bytes of streamed work (its gate
      * needs a magnitude): the bytes a norm or an add touches; an expf
      * (SiLU) or a sin/cos pair (RoPE) counted like 64 and 512 bytes, about
      * what a matvec streams in the same time */
     int64_t cost = 20 * hp->n_embd;
-    if (st == STEP_SILU) cost = 64 * hp->n_ff;
+    if (st == STEP_SILU || st == STEP_MOE_SILU) cost = 64 * j.width;
+    if (st == STEP_MOE_MIX) cost = 20 * hp->n_embd * (hp->n_expert_used + 1);
     if (st == STEP_QKV)
         cost = 512 * (hp->n_head + hp->n_head_kv) * (hp->n_rot / 2) + 16 * (hp->n_head + 2 * hp->n_head_kv) * hp->head_dim;
     tern_range_t r = {step_rows, &j, n, 1, cost};
     return tern_pool_run(c->pool, &r, 1, err);
+}
+
+/* ---- Mixture of Experts ---------------------------------------------------------- */
+
+/* One token's routing from its router logits (E): softmax over all experts
+ * (max subtracted, sums in expert order), the K most probable (ties: the
+ * lower index first), best first, weighted by their probabilities; with
+ * norm those weights are divided by their sum (in that order; the sum
+ * clamped below at 2^-14, as llama.cpp does). p: E floats of scratch. */
+static void moe_route(const float *logit, int64_t E, int64_t K, bool norm, float *p, int32_t *sel, float *wt) {
+    float mx = logit[0];
+    for (int64_t e = 1; e < E; e++)
+        if (logit[e] > mx) mx = logit[e];
+    float sum = 0.0f;
+    for (int64_t e = 0; e < E; e++) {
+        p[e] = expf(logit[e] - mx);
+        sum += p[e];
+    }
+    for (int64_t e = 0; e < E; e++) p[e] /= sum;
+    for (int64_t r = 0; r < K; r++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; e++) {
+            bool taken = false;
+            for (int64_t q = 0; q < r && !taken; q++) taken = sel[q] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        sel[r] = (int32_t)best;
+        wt[r] = p[best];
+    }
+    if (norm) {
+        float s = 0.0f;
+        for (int64_t r = 0; r < K; r++) s += wt[r];
+        if (s < 6.103515625e-5f) s = 6.103515625e-5f;
+        for (int64_t r = 0; r < K; r++) wt[r] /= s;
+    }
+}
+
+/* Run the products pr[0..*np-1] as one dispatch, timed into *prof. */
+static int moe_flush(model_ctx_t *c, uint64_t *prof, kern_prod_t *pr, int *np, tern_error_t *err) {
+    if (*np == 0) return 0;
+    prof_lap(c, &c->prof.small);
+    const int rc = kern_matmul_batch(c->pool, *np, pr, err);
+    prof_lap(c, prof);
+    *np = 0;
+    return rc;
+}
+
+/* The experts chosen in this block, in increasing order, into c->mact
+ * (their matrices: the model's, or NULL until a cache slot holds them);
+ * returns how many. Counts their uses for pinning. */
+static int moe_active(model_ctx_t *c, const model_layer_t *L, int64_t l, int64_t n, tern_error_t *err) {
+    (void)n;
+    (void)err;
+    const int64_t E = c->m->hp.n_expert;
+    const int64_t *cnt = c->mcnt;
+    int na = 0;
+    for (int64_t e = 0; e < E; e++) {
+        if (!cnt[e]) continue;
+        c->mact[na] = (int32_t)e;
+        c->mexp[na] = c->m->ec ? NULL : &L->experts[e];
+        if (c->m->ec) ec_count(c->m->ec, l, e, (uint32_t)cnt[e]);
+        na++;
+    }
+    return na;
+}
+
+/* Gate, up, SiLU and down of the active experts i0 .. i1-1 (c->mact,
+ * c->mexp) over their tokens' rows: KERN_MAX_MULTI / 2 experts per gate/up
+ * dispatch, KERN_MAX_MULTI per down dispatch. One token reads xb itself
+ * (its activations are then quantized once for all its experts). */
+static int moe_run(model_ctx_t *c, const model_tok_t *t, int64_t n, const model_layer_t *L, int64_t l,
+                   const kern_rope_t *rope, int i0, int i1, tern_error_t *err) {
+    const model_hparams_t *hp = &c->m->hp;
+    const int64_t D = hp->n_embd, FE = hp->n_ff_exp;
+    const int64_t *cnt = c->mcnt, *first = c->mcnt + hp->n_expert;
+    kern_prod_t pr[KERN_MAX_MULTI];
+    int np = 0;
+    for (int i = i0; i < i1; i++) {
+        const int64_t e = c->mact[i];
+        const float *x = n == 1 ? c->xb : c->mx + first[e] * D;
+        pr[np++] = (kern_prod_t){&c->mexp[i]->gate, x, cnt[e], D, c->mg + first[e] * FE, FE};
+        pr[np++] = (kern_prod_t){&c->mexp[i]->up, x, cnt[e], D, c->mu + first[e] * FE, FE};
+        if (np + 2 > KERN_MAX_MULTI) TRY(moe_flush(c, &c->prof.ffn_up, pr, &np, err));
+    }
+    TRY(moe_flush(c, &c->prof.ffn_up, pr, &np, err));
+    /* mg = silu(mg) * mu on the rows of these experts (consecutive: the
+     * experts are in increasing order) */
+    const int64_t r0 = first[c->mact[i0]], r1 = first[c->mact[i1 - 1]] + cnt[c->mact[i1 - 1]];
+    c->mrow0 = r0;
+    TRY(step(c, STEP_MOE_SILU, t, r1 - r0, L, l, rope, NULL, err));
+    for (int i = i0; i < i1; i++) {
+        const int64_t e = c->mact[i];
+        pr[np++] = (kern_prod_t){&c->mexp[i]->down, c->mg + first[e] * FE, cnt[e], FE, c->my + first[e] * D, D};
+        if (np == KERN_MAX_MULTI) TRY(moe_flush(c, &c->prof.ffn_down, pr, &np, err));
+    }
+    return moe_flush(c, &c->prof.ffn_down, pr, &np, err);
+}
+
+/* Next-layer prefetch: layer l + 1's router applied to this layer's FFN
+ * input xb (n, D) (the residual stream changes little from one layer to the
+ * next) names the experts it will likely want; their loads are queued
+ * behind the demand loads (ec_hint), and the prediction is kept to score
+ * it when layer l + 1 routes (c->mpred). */
+static int moe_prefetch(model_ctx_t *c, int64_t n, int64_t l, tern_error_t *err) {
+    const model_t *m = c->m;
+    const int64_t E = m->hp.n_expert, K = m->hp.n_expert_used;
+    if (l + 1 >= m->hp.n_layer || !m->layers[l + 1].experts) return 0;
+    TRY(matmul1(c, &c->prof.ffn_up, c->xb, n, &m->layers[l + 1].router, c->mlog2, err));
+    memset(c->mpred, 0, (size_t)E);
+    int32_t sel[64];
+    float wt[64];
+    for (int64_t i = 0; i < n; i++) {
+        const int64_t k = K < 64 ? K : 64;
+        moe_route(c->mlog2 + i * E, E, k, false, c->mprob, sel, wt);
+        for (int64_t r = 0; r < k; r++) c->mpred[sel[r]] = 1;
+    }
+    for (int64_t e = 0; e < E; e++)
+        if (c->mpred[e]) ec_hint(m->ec, l + 1, e);
+    c->mpred_layer = l + 1;
+    return 0;
+}
+
+/* The active experts through the cache: pin as many as slots allow; run
+ * those already in (consecutive runs of them, in order) while the others
+ * load; wait only when none is ready, and then for the first one pending;
+ * unpin what ran. The products do not depend on the order: same bits as
+ * the resident run. */
+static int moe_cached(model_ctx_t *c, const model_tok_t *t, int64_t n, const model_layer_t *L, int64_t l,
+                      const kern_rope_t *rope, int na, tern_error_t *err) {
+    expert_cache_t *ec = c->m->ec;
+    int *slot = c->mslot;
+    uint8_t *st = c->mst; /* 0 not pinned, 1 pending, 2 ready, 3 done */
+    memset(st, 0, (size_t)na);
+    int done = 0, rc = 0;
+    bool hinted = false;
+    /* score the previous layer's prediction of these experts */
+    if (c->mpred_layer == l) {
+        uint64_t hits = 0;
+        for (int i = 0; i < na; i++) hits += c->mpred[c->mact[i]];
+        ec_pred(ec, hits, (uint64_t)na);
+        c->mpred_layer = -1;
+    }
+    while (done < na && rc == 0) {
+        for (int i = 0; i < na; i++) {
+            if (st[i]) continue;
+            const ec_status_t s = ec_get(ec, l, c->mact[i], &slot[i]);
+            if (s == EC_NOSLOT) break;
+            st[i] = s == EC_READY ? 2 : 1;
+        }
+        if (!hinted && c->m->moe_prefetch) {
+            hinted = true;
+            if ((rc = moe_prefetch(c, n, l, err))) break;
+        }
+        int ready = 0;
+        for (int i = 0; i < na; i++) {
+            if (st[i] == 1 && ec_ready(ec, slot[i])) st[i] = 2;
+            ready += st[i] == 2;
+        }
+        if (ready == 0) {
+            int i = 0;
+            while (i < na && st[i] != 1) i++;
+            TERN_CHECK(i < na); /* something is pinned: a slot was free or evictable */
+            if ((rc = ec_wait(ec, slot[i], err))) break;
+            st[i] = 2;
+        }
+        /* runs of consecutive ready experts (their rows are consecutive) */
+        for (int i = 0; i < na && rc == 0;) {
+            if (st[i] != 2) {
+                i++;
+                continue;
+            }
+            int j = i;
+            while (j < na && st[j] == 2) {
+                c->mexp[j] = ec_expert(ec, slot[j]);
+                j++;
+            }
+            rc = moe_run(c, t, n, L, l, rope, i, j, err);
+            for (int q = i; q < j; q++) {
+                ec_put(ec, slot[q]);
+                st[q] = 3;
+                done++;
+            }
+            i = j;
+        }
+    }
+    for (int i = 0; i < na; i++)
+        if (st[i] == 1 || st[i] == 2) ec_put(ec, slot[i]);
+    return rc;
+}
+
+/* xb2 (n, D) = the MoE feed-forward of xb (n, D) in layer L:
+ *   router logits (n, E) = xb Wrouter^T (qwen2moe: with the shared
+ *   expert's gate and up, one dispatch); each token's K experts and weights
+ *   (moe_route); the (token, expert) pairs grouped by expert; every chosen
+ *   expert's gate and up over its tokens (GEMM, or matvec for one token),
+ *   KERN_MAX_MULTI / 2 experts per dispatch (decode: all K in one); SiLU;
+ *   their downs, KERN_MAX_MULTI per dispatch; the weighted sum per token in
+ *   a fixed order (moe_mix_row). Each pair's output has the bits of a
+ *   matvec of its token, so a token's result does not depend on the other
+ *   tokens of the block. */
+static int moe_ffn(model_ctx_t *c, const model_tok_t *t, int64_t n, const model_layer_t *L, int64_t l,
+                   const kern_rope_t *rope, tern_error_t *err) {
+    const model_hparams_t *hp = &c->m->hp;
+    const int64_t D = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, FS = hp->n_ff_shexp;
+    if (FS > 0)
+        TRY(matmul3(c, &c->prof.ffn_up, c->xb, n, &L->router, c->mlog, &L->sh_gate, c->hb, &L->sh_up, c->hb2, err));
+    else
+        TRY(matmul1(c, &c->prof.ffn_up, c->xb, n, &L->router, c->mlog, err));
+
+    int64_t *cnt = c->mcnt, *first = c->mcnt + E, *fill = c->mcnt + 2 * E;
+    memset(cnt, 0, (size_t)E * sizeof *cnt);
+    for (int64_t i = 0; i < n; i++) {
+        moe_route(c->mlog + i * E, E, K, hp->moe_norm_w, c->mprob, c->msel + i * K, c->mwt + i * K);
+        for (int64_t r = 0; r < K; r++) cnt[c->msel[i * K + r]]++;
+        if (FS > 0) {
+            /* the shared expert's gate: sigmoid(xb . sh_gate_inp), summed in order */
+            const float *x = c->xb + i * D;
+            float s = 0.0f;
+            for (int64_t d = 0; d < D; d++) s += x[d] * L->sh_gate_inp[d];
+            c->msh[i] = 1.0f / (1.0f + expf(-s));
+        }
+    }
+    int64_t row = 0;
+    for (int64_t e = 0; e < E; e++) {
+        first[e] = row;
+        fill[e] = 0;
+        row += cnt[e];
+    }
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t r = 0; r < K; r++) {
+            const int64_t e = c->msel[i * K + r], q = first[e] + fill[e]++;
+            c->mrow[i * K + r] = q;
+            if (n > 1) memcpy(c->mx + q * D, c->xb + i * D, (size_t)D * sizeof(float));
+        }
+
+    /* experts, resident or through the cache */
+    const int na = moe_active(c, L, l, n, err);
+    if (na < 0) return err ? err->code : TERN_EIO;
+    if (c->m->ec) {
+        TRY(moe_cached(c, t, n, L, l, rope, na, err));
+    } else {
+        TRY(moe_run(c, t, n, L, l, rope, 0, na, err));
+    }
+    if (FS > 0) {
+        /* the shared expert: hb = silu(hb) * hb2; mshy (n, D) = hb Wdown^T */
+        TRY(step(c, STEP_SILU, t, n, L, l, rope, NULL, err));
+        TRY(matmul1(c, &c->prof.ffn_down, c->hb, n, &L->sh_down, c->mshy, err));
+    }
+
+    /* xb2 = the weighted sum per token */
+    return step(c, STEP_MOE_MIX, t, n, L, l, rope, NULL, err);
 }
 
 /* ---- the forward pass ---------------------------------------------------------- */
@@ -254,15 +546,21 @@ static int forward_block(model_ctx_t *c, const model_tok_t *t, int64_t n, int64_
         TRY(matmul1(c, &c->prof.wo, c->att, n, &L->wo, c->xb2, err));
         TRY(step(c, STEP_RESID_NORM, t, n, L, l, &rope, L->ffn_norm, err));
 
-        /* ---- feed-forward (SwiGLU) ---- */
-        /* hb (n, F) = xb Wgate^T, hb2 (n, F) = xb Wup^T: one dispatch */
-        TRY(matmul2(c, &c->prof.ffn_up, c->xb, n, &L->w_gate, c->hb, &L->w_up, c->hb2, err));
+        /* ---- feed-forward (SwiGLU, or a Mixture of Experts of them) ---- */
+        if (L->experts) {
+            /* xb2 (n, D) = the weighted outputs of each token's experts */
+            TRY(moe_ffn(c, t, n, L, l, &rope, err));
+        } else {
+            /* hb (n, F) = xb Wgate^T, hb2 (n, F) = xb Wup^T: one dispatch */
+            TRY(matmul2(c, &c->prof.ffn_up, c->xb, n, &L->w_gate, c->hb, &L->w_up, c->hb2, err));
 
-        /* hb (n, F) = silu(hb) * hb2 */
-        TRY(step(c, STEP_SILU, t, n, L, l, &rope, NULL, err));
+            /* hb (n, F) = silu(hb) * hb2 */
+            TRY(step(c, STEP_SILU, t, n, L, l, &rope, NULL, err));
 
-        /* xb2 (n, D) = hb Wdown^T; x += xb2; xb = rmsnorm(x) * the next layer's attn_norm */
-        TRY(matmul1(c, &c->prof.ffn_down, c->hb, n, &L->w_down, c->xb2, err));
+            /* xb2 (n, D) = hb Wdown^T */
+            TRY(matmul1(c, &c->prof.ffn_down, c->hb, n, &L->w_down, c->xb2, err));
+        }
+        /* x += xb2; xb = rmsnorm(x) * the next layer's attn_norm */
         TRY(step(c, STEP_RESID_NORM, t, n, L, l, &rope, l + 1 < hp->n_layer ? m->layers[l + 1].attn_norm : NULL,
                  err));
     }

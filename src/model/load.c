@@ -24,6 +24,7 @@
 
 #include "core/common.h"
 #include "format/quant.h"
+#include "model/expert_cache.h"
 
 /* Upper bounds on hyperparameters from a file: far above any real model,
  * low enough that every product below fits easily in 64 bits. */
@@ -33,12 +34,16 @@
 #define MAX_HEAD 1024
 #define MAX_HEAD_DIM 1024
 #define MAX_VOCAB (1 << 22)
+#define MAX_EXPERT 4096
 
 const char *model_arch_name(model_arch_t a) {
     switch (a) {
     case ARCH_LLAMA: return "llama";
     case ARCH_QWEN2: return "qwen2";
     case ARCH_QWEN3: return "qwen3";
+    case ARCH_QWEN2MOE: return "qwen2moe";
+    case ARCH_QWEN3MOE: return "qwen3moe";
+    case ARCH_OLMOE: return "olmoe";
     }
     return "?";
 }
@@ -96,6 +101,40 @@ static int get_arch_str(const gguf_file_t *f, const char *suffix, char *out, siz
     return 0;
 }
 
+/* Mixture-of-Experts keys, with llama.cpp's per-architecture rules (facts
+ * from its loader): qwen2moe, qwen3moe and olmoe always have experts; llama
+ * has them when expert_count > 0 (Mixtral). The expert width is
+ * expert_feed_forward_length for qwen2moe / qwen3moe (default
+ * feed_forward_length / expert_used_count) and feed_forward_length for
+ * olmoe and Mixtral; qwen2moe's shared expert is
+ * expert_shared_feed_forward_length wide (default feed_forward_length).
+ * Whether the top-k weights are renormalized is fixed by the architecture
+ * (qwen3moe and Mixtral: yes; qwen2moe and olmoe: no) and gating is always
+ * a softmax over all experts: the expert_weights_norm,
+ * expert_weights_scale and expert_gating_func keys are not read for these
+ * architectures, as llama.cpp does not. */
+static int read_moe_hparams(const gguf_file_t *f, model_hparams_t *hp, tern_error_t *err) {
+    const bool moe_arch = hp->arch == ARCH_QWEN2MOE || hp->arch == ARCH_QWEN3MOE || hp->arch == ARCH_OLMOE;
+    int rc;
+    if (!moe_arch && hp->arch != ARCH_LLAMA) return 0;
+    if ((rc = get_int(f, "expert_count", moe_arch ? -1 : 0, moe_arch ? 1 : 0, MAX_EXPERT, &hp->n_expert, err)))
+        return rc;
+    if (hp->n_expert == 0) return 0;
+    if ((rc = get_int(f, "expert_used_count", -1, 1, hp->n_expert, &hp->n_expert_used, err))) return rc;
+    if (hp->arch == ARCH_QWEN2MOE || hp->arch == ARCH_QWEN3MOE) {
+        const int64_t def = hp->n_ff / hp->n_expert_used;
+        if ((rc = get_int(f, "expert_feed_forward_length", def > 0 ? def : -1, 1, MAX_FF, &hp->n_ff_exp, err)))
+            return rc;
+    } else {
+        hp->n_ff_exp = hp->n_ff;
+    }
+    if (hp->arch == ARCH_QWEN2MOE &&
+        (rc = get_int(f, "expert_shared_feed_forward_length", hp->n_ff, 1, MAX_FF, &hp->n_ff_shexp, err)))
+        return rc;
+    hp->moe_norm_w = hp->arch == ARCH_QWEN3MOE || hp->arch == ARCH_LLAMA;
+    return 0;
+}
+
 static int read_hparams(const gguf_file_t *f, model_hparams_t *hp, tern_error_t *err) {
     memset(hp, 0, sizeof *hp);
     const char *arch = gguf_arch(f);
@@ -106,8 +145,16 @@ static int read_hparams(const gguf_file_t *f, model_hparams_t *hp, tern_error_t 
         hp->arch = ARCH_QWEN2;
     else if (!strcmp(arch, "qwen3"))
         hp->arch = ARCH_QWEN3;
+    else if (!strcmp(arch, "qwen2moe"))
+        hp->arch = ARCH_QWEN2MOE;
+    else if (!strcmp(arch, "qwen3moe"))
+        hp->arch = ARCH_QWEN3MOE;
+    else if (!strcmp(arch, "olmoe"))
+        hp->arch = ARCH_OLMOE;
     else
-        return tern_err(err, TERN_EUNSUP, "model: architecture '%.64s' is not supported (supported: llama, qwen2, qwen3)",
+        return tern_err(err, TERN_EUNSUP,
+                        "model: architecture '%.64s' is not supported (supported: llama, qwen2, qwen3, qwen2moe, "
+                        "qwen3moe, olmoe; Mixtral is llama with experts)",
                         arch);
     snprintf(hp->arch_name, sizeof hp->arch_name, "%s", arch);
 
@@ -142,7 +189,8 @@ static int read_hparams(const gguf_file_t *f, model_hparams_t *hp, tern_error_t 
         return tern_err(err, TERN_EFORMAT, "model: rope.freq_base %g out of range", (double)hp->rope_freq_base);
     hp->rope_freq_scale = 1.0f;
     hp->rope_neox = hp->arch != ARCH_LLAMA;
-    return 0;
+    hp->qk_norm_full = hp->arch == ARCH_OLMOE;
+    return read_moe_hparams(f, hp, err);
 }
 
 /* ---- tensors --------------------------------------------------------------- */
@@ -178,6 +226,37 @@ static int bind_mat(binder_t *b, const char *name, int64_t rows, int64_t cols, b
         return tern_err(err, TERN_EFORMAT, "model: tensor '%s': %llu bytes for %lld x %lld %s", name,
                         (unsigned long long)t->size, (long long)rows, (long long)cols, quant_name(t->type));
     b->m->n_params += (uint64_t)rows * (uint64_t)cols;
+    return 0;
+}
+
+/* A 3-D tensor of E matrices (rows, cols), matrix outermost (GGUF shape
+ * [cols, rows, E]): out[e] = matrix e. */
+static int bind_mat3(binder_t *b, const char *name, int64_t rows, int64_t cols, int64_t ne, kern_mat_t *out,
+                     size_t stride, tern_error_t *err) {
+    const gguf_file_t *f = b->m->file;
+    const int64_t want[3] = {cols, rows, ne};
+    const gguf_tensor_t *t = gguf_tensor_get(f, name, 3, want, NULL, err);
+    if (!t) {
+        if (!gguf_tensor_find(f, name))
+            return tern_err(err, TERN_EFORMAT, "model (%s): tensor '%s' is missing", b->m->hp.arch_name, name);
+        return err ? err->code : TERN_EFORMAT;
+    }
+    const quant_traits_t *tr = quant_traits(t->type);
+    if (!tr || !tr->weight || !kern_ops(t->type, kern_isa_active()))
+        return tern_err(err, TERN_EUNSUP, "model: tensor '%s' has type %s, which has no matrix kernel", name,
+                        quant_name(t->type));
+    const size_t rb = quant_row_size(t->type, cols);
+    uint64_t mb, total;
+    if (rb == 0 || tern_mul_overflow_u64(rb, (uint64_t)rows, &mb) || tern_mul_overflow_u64(mb, (uint64_t)ne, &total) ||
+        total != t->size)
+        return tern_err(err, TERN_EFORMAT, "model: tensor '%s': %llu bytes for %lld x %lld x %lld %s", name,
+                        (unsigned long long)t->size, (long long)ne, (long long)rows, (long long)cols,
+                        quant_name(t->type));
+    for (int64_t e = 0; e < ne; e++) {
+        kern_mat_t *o = (kern_mat_t *)((char *)out + (size_t)e * stride);
+        *o = (kern_mat_t){t->type, rows, cols, rb, (const char *)t->data + (size_t)e * mb};
+    }
+    b->m->n_params += (uint64_t)rows * (uint64_t)cols * (uint64_t)ne;
     return 0;
 }
 
@@ -280,6 +359,47 @@ static int bind_rope(binder_t *b, tern_error_t *err) {
 
 static uint64_t mat_bytes(const kern_mat_t *w) { return w->data ? (uint64_t)w->row_bytes * (uint64_t)w->rows : 0; }
 
+/* The feed-forward of an MoE layer l: the router, the routed experts (3-D
+ * tensors, or Mixtral's per-expert 2-D ones when the 3-D ones are absent)
+ * and qwen2moe's shared expert. */
+static int bind_moe(binder_t *b, int64_t l, model_layer_t *L, tern_error_t *err) {
+    const model_hparams_t *hp = &b->m->hp;
+    const gguf_file_t *f = b->m->file;
+    const int64_t D = hp->n_embd, E = hp->n_expert, FE = hp->n_ff_exp;
+    char nm[96];
+    int rc;
+#define NAME(s) (snprintf(nm, sizeof nm, "blk.%lld." s, (long long)l), nm)
+    L->experts = b->m->expert_store + l * E;
+    if ((rc = bind_mat(b, NAME("ffn_gate_inp.weight"), E, D, false, &L->router, err))) return rc;
+    const size_t st = sizeof(model_expert_t);
+    if (gguf_tensor_find(f, NAME("ffn_gate_exps.weight")) || hp->arch != ARCH_LLAMA) {
+        if ((rc = bind_mat3(b, NAME("ffn_gate_exps.weight"), FE, D, E, &L->experts[0].gate, st, err)) ||
+            (rc = bind_mat3(b, NAME("ffn_up_exps.weight"), FE, D, E, &L->experts[0].up, st, err)) ||
+            (rc = bind_mat3(b, NAME("ffn_down_exps.weight"), D, FE, E, &L->experts[0].down, st, err)))
+            return rc;
+    } else {
+        for (int64_t e = 0; e < E; e++) {
+            char en[112];
+#define ENAME(s) (snprintf(en, sizeof en, "blk.%lld." s ".%lld.weight", (long long)l, (long long)e), en)
+            if ((rc = bind_mat(b, ENAME("ffn_gate"), FE, D, false, &L->experts[e].gate, err)) ||
+                (rc = bind_mat(b, ENAME("ffn_up"), FE, D, false, &L->experts[e].up, err)) ||
+                (rc = bind_mat(b, ENAME("ffn_down"), D, FE, false, &L->experts[e].down, err)))
+                return rc;
+#undef ENAME
+        }
+    }
+    if (hp->n_ff_shexp > 0) {
+        const int64_t FS = hp->n_ff_shexp;
+        if ((rc = bind_vec(b, NAME("ffn_gate_inp_shexp.weight"), D, false, &L->sh_gate_inp, err)) ||
+            (rc = bind_mat(b, NAME("ffn_gate_shexp.weight"), FS, D, false, &L->sh_gate, err)) ||
+            (rc = bind_mat(b, NAME("ffn_up_shexp.weight"), FS, D, false, &L->sh_up, err)) ||
+            (rc = bind_mat(b, NAME("ffn_down_shexp.weight"), D, FS, false, &L->sh_down, err)))
+            return rc;
+    }
+#undef NAME
+    return 0;
+}
+
 static int bind_tensors(model_t *m, tern_error_t *err) {
     model_hparams_t *hp = &m->hp;
     const gguf_file_t *f = m->file;
@@ -295,10 +415,14 @@ static int bind_tensors(model_t *m, tern_error_t *err) {
 
     /* Floats of the store: per layer 2 norms + 3 biases + 2 head norms; output
      * norm; rope factors. All small, bounded by the MAX_* limits. */
-    uint64_t per_layer = 2 * (uint64_t)D + (uint64_t)QD + 2 * (uint64_t)KVD + 2 * (uint64_t)HD;
+    uint64_t per_layer = 3 * (uint64_t)D + 2 * (uint64_t)QD + 3 * (uint64_t)KVD + 2 * (uint64_t)HD;
     uint64_t n_store = per_layer * (uint64_t)hp->n_layer + (uint64_t)D + (uint64_t)hp->n_rot / 2;
     m->f32_store = tern_alloc(n_store * sizeof(float));
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
+    if (hp->n_expert > 0) {
+        m->expert_store = calloc((size_t)(hp->n_layer * hp->n_expert), sizeof *m->expert_store);
+        if (!m->expert_store) return tern_err(err, TERN_ENOMEM, "model: out of memory for the experts' table");
+    }
     if (!m->f32_store || !m->layers) return tern_err(err, TERN_ENOMEM, "model: out of memory for %llu floats", (unsigned long long)n_store);
     binder_t b = {m, m->f32_store, m->f32_store + n_store};
 
@@ -321,25 +445,45 @@ static int bind_tensors(model_t *m, tern_error_t *err) {
             (rc = bind_mat(&b, NAME("attn_k.weight"), KVD, D, false, &L->wk, err)) ||
             (rc = bind_mat(&b, NAME("attn_v.weight"), KVD, D, false, &L->wv, err)) ||
             (rc = bind_mat(&b, NAME("attn_output.weight"), D, QD, false, &L->wo, err)) ||
-            (rc = bind_vec(&b, NAME("ffn_norm.weight"), D, false, &L->ffn_norm, err)) ||
-            (rc = bind_mat(&b, NAME("ffn_gate.weight"), hp->n_ff, D, false, &L->w_gate, err)) ||
-            (rc = bind_mat(&b, NAME("ffn_up.weight"), hp->n_ff, D, false, &L->w_up, err)) ||
-            (rc = bind_mat(&b, NAME("ffn_down.weight"), D, hp->n_ff, false, &L->w_down, err)))
+            (rc = bind_vec(&b, NAME("ffn_norm.weight"), D, false, &L->ffn_norm, err)))
             return rc;
-        if (hp->arch == ARCH_QWEN2) {
+        if (hp->n_expert == 0) {
+            if ((rc = bind_mat(&b, NAME("ffn_gate.weight"), hp->n_ff, D, false, &L->w_gate, err)) ||
+                (rc = bind_mat(&b, NAME("ffn_up.weight"), hp->n_ff, D, false, &L->w_up, err)) ||
+                (rc = bind_mat(&b, NAME("ffn_down.weight"), D, hp->n_ff, false, &L->w_down, err)))
+                return rc;
+        } else if ((rc = bind_moe(&b, l, L, err))) {
+            return rc;
+        }
+        if (hp->arch == ARCH_QWEN2 || hp->arch == ARCH_QWEN2MOE) {
             if ((rc = bind_vec(&b, NAME("attn_q.bias"), QD, false, &L->bq, err)) ||
                 (rc = bind_vec(&b, NAME("attn_k.bias"), KVD, false, &L->bk, err)) ||
                 (rc = bind_vec(&b, NAME("attn_v.bias"), KVD, false, &L->bv, err)))
                 return rc;
         }
-        if (hp->arch == ARCH_QWEN3) {
+        if (hp->arch == ARCH_QWEN3 || hp->arch == ARCH_QWEN3MOE) {
             if ((rc = bind_vec(&b, NAME("attn_q_norm.weight"), HD, false, &L->q_norm, err)) ||
                 (rc = bind_vec(&b, NAME("attn_k_norm.weight"), HD, false, &L->k_norm, err)))
                 return rc;
         }
+        if (hp->arch == ARCH_OLMOE) {
+            if ((rc = bind_vec(&b, NAME("attn_q_norm.weight"), QD, false, &L->q_norm, err)) ||
+                (rc = bind_vec(&b, NAME("attn_k_norm.weight"), KVD, false, &L->k_norm, err)))
+                return rc;
+        }
 #undef NAME
         m->weight_bytes_per_token += mat_bytes(&L->wq) + mat_bytes(&L->wk) + mat_bytes(&L->wv) + mat_bytes(&L->wo) +
-                                     mat_bytes(&L->w_gate) + mat_bytes(&L->w_up) + mat_bytes(&L->w_down);
+                                     mat_bytes(&L->w_gate) + mat_bytes(&L->w_up) + mat_bytes(&L->w_down) +
+                                     mat_bytes(&L->router) + mat_bytes(&L->sh_gate) + mat_bytes(&L->sh_up) +
+                                     mat_bytes(&L->sh_down);
+        if (L->experts) {
+            /* a decode step reads n_expert_used experts of the layer (their average size) */
+            uint64_t eb = 0;
+            for (int64_t e = 0; e < hp->n_expert; e++)
+                eb += mat_bytes(&L->experts[e].gate) + mat_bytes(&L->experts[e].up) + mat_bytes(&L->experts[e].down);
+            m->expert_bytes += eb;
+            m->weight_bytes_per_token += eb / (uint64_t)hp->n_expert * (uint64_t)hp->n_expert_used;
+        }
     }
     /* One decode step reads every layer matrix, the whole output matrix and
      * one embedding row (norms are noise). */
@@ -349,8 +493,15 @@ static int bind_tensors(model_t *m, tern_error_t *err) {
     uint64_t by_type[TYPE_COUNT] = {0};
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const model_layer_t *L = &m->layers[l];
-        const kern_mat_t *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        const kern_mat_t *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->sh_gate,
+                                  &L->sh_up, &L->sh_down};
         for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) by_type[ws[i]->type] += mat_bytes(ws[i]);
+        for (int64_t e = 0; L->experts && e < hp->n_expert; e++) {
+            const model_expert_t *x = &L->experts[e];
+            by_type[x->gate.type] += mat_bytes(&x->gate);
+            by_type[x->up.type] += mat_bytes(&x->up);
+            by_type[x->down.type] += mat_bytes(&x->down);
+        }
     }
     by_type[m->output.type] += mat_bytes(&m->output);
     m->main_type = 0;
@@ -380,10 +531,27 @@ model_t *model_load(const char *path, tern_error_t *err) {
     return model_load_gguf(f, err);
 }
 
+int model_expert_cache(model_t *m, const char *path, uint64_t cache_bytes, int io_threads, const char *pin_path,
+                       double pin_share, bool prefetch, tern_error_t *err) {
+    if (!m || m->hp.n_expert <= 0) return tern_err(err, TERN_EINVAL, "expert cache: the model has no experts");
+    ec_params_t p = {.bytes = cache_bytes, .io_threads = io_threads, .pin_path = pin_path, .pin_share = pin_share};
+    expert_cache_t *ec = ec_new(m, path, &p, err);
+    if (!ec) return err ? err->code : TERN_EIO;
+    ec_free(m->ec);
+    m->ec = ec;
+    m->moe_prefetch = prefetch;
+    return 0;
+}
+
 void model_free(model_t *m) {
     if (!m) return;
+    if (m->ec) {
+        (void)ec_save_counts(m->ec, NULL);
+        ec_free(m->ec);
+    }
     gguf_close(m->file);
     tern_free(m->f32_store);
     free(m->layers);
+    free(m->expert_store);
     free(m);
 }

@@ -31,7 +31,14 @@
 /* Most positions a context may have (and a file's context_length may say). */
 #define MODEL_MAX_CTX (1 << 24)
 
-typedef enum { ARCH_LLAMA = 0, ARCH_QWEN2 = 1, ARCH_QWEN3 = 2 } model_arch_t;
+typedef enum {
+    ARCH_LLAMA = 0, /* also Mixtral: llama with expert_count > 0 */
+    ARCH_QWEN2 = 1,
+    ARCH_QWEN3 = 2,
+    ARCH_QWEN2MOE = 3,
+    ARCH_QWEN3MOE = 4,
+    ARCH_OLMOE = 5
+} model_arch_t;
 
 typedef struct {
     model_arch_t arch;
@@ -51,7 +58,22 @@ typedef struct {
     bool rope_neox;        /* llama: pairs (2i, 2i+1); qwen2/qwen3: (i, i + n_rot/2) */
     bool has_rope_factors; /* llama3 scaling (rope_freqs tensor or keys) */
     bool tied_output;      /* output matrix is token_embd */
+    bool qk_norm_full;     /* olmoe: the Q/K RMSNorm spans the whole projection, not each head */
+    /* Mixture of Experts (n_expert 0: a dense feed-forward in every layer) */
+    int64_t n_expert;      /* expert_count */
+    int64_t n_expert_used; /* expert_used_count: experts per token (top-k) */
+    int64_t n_ff_exp;      /* an expert's width */
+    int64_t n_ff_shexp;    /* the shared expert's width (qwen2moe), 0: none */
+    bool moe_norm_w;       /* the top-k weights are divided by their sum (qwen3moe, Mixtral) */
 } model_hparams_t;
+
+/* One routed expert: a SwiGLU feed-forward of width FE. Slices of the
+ * 3-D ffn_{gate,up,down}_exps tensors (expert e at e * rows * row_bytes), or
+ * Mixtral's older per-expert 2-D tensors ffn_{gate,up,down}.E. */
+typedef struct {
+    kern_mat_t gate, up; /* (FE, D) */
+    kern_mat_t down;     /* (D, FE) */
+} model_expert_t;
 
 /* Weights. A matrix (rows, cols) maps a row vector x of cols floats to
  * y = x W^T of rows floats; in GGUF's order its shape is [cols, rows].
@@ -67,6 +89,13 @@ typedef struct {
     const float *ffn_norm;        /* (D) */
     kern_mat_t w_gate, w_up;      /* (F, D) */
     kern_mat_t w_down;            /* (D, F) */
+    /* Mixture of Experts (experts NULL: the dense w_gate/w_up/w_down above).
+     * E = n_expert, FE = n_ff_exp, FS = n_ff_shexp. */
+    kern_mat_t router;            /* (E, D) ffn_gate_inp */
+    model_expert_t *experts;      /* (E) */
+    kern_mat_t sh_gate, sh_up;    /* (FS, D) qwen2moe's shared expert, data NULL: none */
+    kern_mat_t sh_down;           /* (D, FS) */
+    const float *sh_gate_inp;     /* (D) its gate: the output is scaled by sigmoid(x . sh_gate_inp) */
 } model_layer_t;
 
 typedef struct model {
@@ -77,6 +106,11 @@ typedef struct model {
     kern_mat_t output;         /* (V, D): == tok_embd when tied */
     const float *rope_factors; /* (n_rot / 2) frequency divisors, or NULL */
     model_layer_t *layers;     /* (n_layer) */
+    model_expert_t *expert_store; /* (n_layer * n_expert) the layers' experts, or NULL */
+    uint64_t expert_bytes;        /* bytes of all routed experts (0: dense model) */
+    struct expert_cache *ec;      /* owned: the routed experts' cache (expert_cache.h), or NULL: read
+                                   * through the mapping */
+    bool moe_prefetch;            /* with a cache: hint the next layer's likely experts */
     float *f32_store;          /* owned copies of norm weights, biases, rope factors */
     uint64_t weight_bytes_per_token; /* bytes of weights one decode step reads */
     uint64_t n_params;
@@ -90,6 +124,17 @@ model_t *model_load(const char *path, tern_error_t *err);
  * on failure: f is closed). */
 model_t *model_load_gguf(gguf_file_t *f, tern_error_t *err);
 void model_free(model_t *m);
+
+/* Mixture of Experts: read the routed experts through a cache of
+ * cache_bytes (expert_cache.h) instead of the file's mapping; path is the
+ * file m was loaded from; io_threads <= 0: the default; pin_path (may be
+ * NULL): usage counts for pinning, pin_share of the slots at most;
+ * prefetch: hint the next layer's likely experts. Call before any context
+ * runs. TERN_EINVAL for a dense model. */
+int model_expert_cache(model_t *m, const char *path, uint64_t cache_bytes, int io_threads, const char *pin_path,
+                       double pin_share, bool prefetch, tern_error_t *err);
+/* Bytes of memory available to this process now (MemAvailable; 0 if unknown). */
+uint64_t model_mem_available(void);
 
 /* ---- contexts ----------------------------------------------------------- */
 

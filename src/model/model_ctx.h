@@ -28,6 +28,29 @@ struct model_ctx {
     float *hb;     /* (n_batch, F) gate, then silu(gate) * up */
     float *hb2;    /* (n_batch, F) up */
     float *logits; /* (n_vocab) of the last position model_eval evaluated */
+    /* Mixture of Experts (NULL for a dense model); K = n_expert_used,
+     * E = n_expert, FE = n_ff_exp. Rows of the expert buffers are (token,
+     * expert) pairs grouped by expert: mrow[i * K + r] is the row of token
+     * i's r-th choice. */
+    float *mlog;    /* (n_batch, E) router logits */
+    int32_t *msel;  /* (n_batch, K) token i's chosen experts, best first */
+    float *mwt;     /* (n_batch, K) their weights */
+    int64_t *mrow;  /* (n_batch, K) */
+    float *mx;      /* (n_batch * K, D) each pair's input row */
+    float *mg, *mu; /* (n_batch * K, FE) gate, then silu(gate) * up; up */
+    float *my;      /* (n_batch * K, D) each pair's expert output */
+    float *msh;     /* (n_batch) qwen2moe: the shared expert's gate, sigmoid(x . sh_gate_inp) */
+    float *mshy;    /* (n_batch, D) qwen2moe: the shared expert's output */
+    int64_t *mcnt;  /* (3, E) per expert: pairs, first row, rows filled */
+    float *mprob;   /* (E) routing scratch */
+    int32_t *mact;  /* (E) the experts a block chose, increasing */
+    const model_expert_t **mexp; /* (E) their matrices */
+    int *mslot;     /* (E) their cache slots */
+    uint8_t *mst;   /* (E) their state in moe_cached */
+    int64_t mrow0;  /* STEP_MOE_SILU: the first pair row */
+    float *mlog2;   /* (n_batch, E) the next layer's router logits (prefetch) */
+    uint8_t *mpred; /* (E) experts predicted for layer mpred_layer (-1: none) */
+    int64_t mpred_layer;
     int32_t *ids;           /* (n_batch) token ids of a block */
     kern_attn_query_t *aq;  /* (n_batch) each token's position and block table, for attention */
     /* model_decode's batch: its tokens sorted by (sequence, position), each

@@ -1,0 +1,651 @@
+/*
+ * expert_cache.c - the routed-expert cache and its I/O pool (see
+ * expert_cache.h for what it is for).
+ *
+ * SLOTS. The cache is n_slots slots of slot_bytes each, one expert (its
+ * gate, up and down matrices) per slot, in one anonymous mapping. Each
+ * matrix is read as the span of whole alignment units (4096 bytes) that
+ * covers it, into its own part of the slot, so a direct read's offset,
+ * length and buffer are all aligned; the matrix then starts at
+ * (offset mod 4096) inside its part. A slot is
+ *     EMPTY    on the free list, no expert
+ *     QUEUED   assigned to an expert, a load job for it is in the queue
+ *     LOADING  an I/O worker is reading it
+ *     READY    its bytes are in
+ *     FAILED   its read failed (the error is given to whoever waits)
+ * and has pins (forward passes using it), a generation (bumped every time
+ * the slot is given to an expert), and `hot` (pinned by usage: never
+ * evicted). map[layer * n_expert + e] is the slot of that expert or -1.
+ * The LRU list holds exactly the READY slots with pins == 0 and !hot,
+ * least recently released first; eviction takes its head.
+ *
+ * THE CLAIM PROTOCOL. One mutex guards every slot field, the map, the LRU
+ * list, the free list and the job queue; the condition variables only wake
+ * (cv_job: a job was queued or the cache closes; cv_ready: a load ended).
+ *   assign (ec_get miss, ec_hint, pinning at start; under the lock): take
+ *     a free slot or evict the LRU head (its map entry is cleared), set the
+ *     key, gen = gen + 1, state QUEUED, and queue the job (slot, gen):
+ *     demand jobs at the front, hints at the back. A demand request for a
+ *     slot still QUEUED by a hint queues a second job (slot, gen) at the
+ *     front; whichever copy a worker takes first does the load.
+ *   claim (worker, under the lock): pop a job; take it only if the slot's
+ *     gen equals the job's and the state is QUEUED, and then set LOADING;
+ *     otherwise drop the job. Copy the file offsets and the buffer out, drop
+ *     the lock, read.
+ *   publish (worker, under the lock): only if the slot's gen still equals
+ *     the job's: state = READY (or FAILED), and if nobody pins it, put it on
+ *     the LRU list; broadcast cv_ready.
+ * Why a stale worker can never take or publish a job of a later
+ * generation: a job carries the generation of the assignment that queued
+ * it, and a worker compares it with the slot's, under the lock, both when
+ * it claims and when it publishes. The generation changes only on
+ * assignment, and a slot is assigned again only after it left the slots
+ * that are QUEUED or LOADING (only EMPTY slots and LRU slots, which are
+ * READY, are ever assigned). So a job whose slot was reassigned (the
+ * duplicate of a demand promotion, left in the queue after the first copy
+ * loaded it, and the slot later evicted) fails the claim check and is
+ * dropped; and while a worker holds a slot LOADING, nobody can reassign it,
+ * so its publish always matches. Generations are 64-bit: they do not wrap.
+ * No read ever writes a slot someone else owns: a worker writes only the
+ * buffer of a slot it set LOADING, and the forward reads a slot only after
+ * ec_wait / ec_ready saw READY under the lock (the lock orders the
+ * worker's writes before the reader's loads).
+ *
+ * PINNING. With ec_params_t.pin_path, demand uses are counted per (layer,
+ * expert); ec_save_counts writes them, and at start the hottest experts
+ * (up to pin_share of the slots, most used first) are queued first and
+ * never evicted. The counts file (little-endian):
+ *     u8[8]  magic "TERNEXPU"
+ *     u32    version (1)
+ *     u32    n_layer, u32 n_expert, u32 zero
+ *     u64    the model file's size (a counts file of another file is ignored)
+ *     u32    counts[n_layer * n_expert]
+ *     u64    FNV-1a 64 of every byte before it
+ * It is written to PATH.tmp, fsynced and renamed over PATH, so a crash
+ * leaves the old file or the new one, never a torn one; on load the length
+ * must be exactly what the header implies and the checksum must match, else
+ * the file is ignored (no pinning; a note on stderr).
+ */
+#define _GNU_SOURCE
+#include "model/expert_cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/common.h"
+
+#define EC_ALIGN 4096u
+
+enum { S_EMPTY, S_QUEUED, S_LOADING, S_READY, S_FAILED };
+
+typedef struct {
+    int64_t key; /* layer * n_expert + e, -1 when EMPTY */
+    uint64_t gen;
+    int state;
+    int pins;
+    bool hot;
+    bool hinted; /* loaded by a hint and not yet asked for */
+    int prev, next; /* LRU links (-1: none) */
+    model_expert_t ex; /* the matrices, pointing into the slot */
+} ec_slot_t;
+
+typedef struct {
+    int slot;
+    uint64_t gen;
+} ec_job_t;
+
+struct expert_cache {
+    const model_t *m;
+    int fd;
+    bool direct;
+    int64_t n_layer, n_expert;
+    uint64_t part[3]; /* bytes of the gate, up and down parts of a slot */
+    uint64_t slot_bytes;
+    int n_slots;
+    char *mem;
+    size_t mem_len;
+    ec_slot_t *slots;
+    int32_t *map;
+    int *free_stack;
+    int n_free;
+    int lru_head, lru_tail;
+    ec_job_t *q; /* deque, capacity qcap */
+    int qcap, qhead, qlen;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_job, cv_ready;
+    pthread_t *threads;
+    int n_threads;
+    bool stop;
+    uint32_t *counts; /* (n_layer * n_expert) or NULL without pinning */
+    char *pin_path;
+    ec_stats_t st;
+};
+
+/* ---- slot layout ------------------------------------------------------------ */
+
+static uint64_t mat_len(const kern_mat_t *w) { return (uint64_t)w->row_bytes * (uint64_t)w->rows; }
+static uint64_t up_align(uint64_t x) { return (x + EC_ALIGN - 1) / EC_ALIGN * EC_ALIGN; }
+
+/* Bytes of each part: the widest matrix of that kind, whole units, plus one
+ * unit for an unaligned start. */
+static void part_sizes(const model_t *m, uint64_t part[3]) {
+    part[0] = part[1] = part[2] = 0;
+    for (int64_t l = 0; l < m->hp.n_layer; l++) {
+        const model_layer_t *L = &m->layers[l];
+        for (int64_t e = 0; L->experts && e < m->hp.n_expert; e++) {
+            const kern_mat_t *w[3] = {&L->experts[e].gate, &L->experts[e].up, &L->experts[e].down};
+            for (int p = 0; p < 3; p++) {
+                const uint64_t b = up_align(mat_len(w[p])) + EC_ALIGN;
+                if (b > part[p]) part[p] = b;
+            }
+        }
+    }
+}
+
+uint64_t ec_slot_bytes(const model_t *m) {
+    uint64_t p[3];
+    part_sizes(m, p);
+    return p[0] + p[1] + p[2];
+}
+
+/* ---- LRU, free list, queue (all under the lock) -------------------------------- */
+
+static void lru_remove(expert_cache_t *c, int s) {
+    ec_slot_t *x = &c->slots[s];
+    if (x->prev >= 0) c->slots[x->prev].next = x->next;
+    else if (c->lru_head == s) c->lru_head = x->next;
+    else return; /* not on the list */
+    if (x->next >= 0) c->slots[x->next].prev = x->prev;
+    else c->lru_tail = x->prev;
+    x->prev = x->next = -1;
+}
+
+static void lru_push(expert_cache_t *c, int s) {
+    ec_slot_t *x = &c->slots[s];
+    x->prev = c->lru_tail;
+    x->next = -1;
+    if (c->lru_tail >= 0) c->slots[c->lru_tail].next = s;
+    else c->lru_head = s;
+    c->lru_tail = s;
+}
+
+static void q_push(expert_cache_t *c, int s, bool front) {
+    TERN_CHECK(c->qlen < c->qcap);
+    const ec_job_t j = {s, c->slots[s].gen};
+    if (front) {
+        c->qhead = (c->qhead + c->qcap - 1) % c->qcap;
+        c->q[c->qhead] = j;
+    } else {
+        c->q[(c->qhead + c->qlen) % c->qcap] = j;
+    }
+    c->qlen++;
+    pthread_cond_signal(&c->cv_job);
+}
+
+/* A slot for a new expert: a free one, else the least recently used
+ * evictable one (its expert leaves the map). -1 when there is none. */
+static int take_slot(expert_cache_t *c) {
+    if (c->n_free > 0) return c->free_stack[--c->n_free];
+    const int s = c->lru_head;
+    if (s < 0) return -1;
+    lru_remove(c, s);
+    c->map[c->slots[s].key] = -1;
+    c->st.evictions++;
+    return s;
+}
+
+static void assign(expert_cache_t *c, int s, int64_t key, int pins, bool front) {
+    ec_slot_t *x = &c->slots[s];
+    x->key = key;
+    x->gen++;
+    x->state = S_QUEUED;
+    x->pins = pins;
+    x->hinted = !front;
+    x->prev = x->next = -1;
+    c->map[key] = s;
+    q_push(c, s, front);
+}
+
+/* ---- the I/O workers -------------------------------------------------------------- */
+
+/* Read the aligned span holding [off, off + len) into dst; the matrix then
+ * starts at dst + (off mod EC_ALIGN). 0 or an errno value. */
+static int read_span(expert_cache_t *c, char *dst, uint64_t off, uint64_t len, uint64_t *nread) {
+    const uint64_t a0 = off / EC_ALIGN * EC_ALIGN, need = off + len - a0, want = up_align(need);
+    uint64_t got = 0;
+    while (got < need) {
+        const ssize_t r = pread(c->fd, dst + got, (size_t)(want - got), (off_t)(a0 + got));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        if (r == 0) break;
+        got += (uint64_t)r;
+    }
+    *nread += got;
+    if (!c->direct) (void)posix_fadvise(c->fd, (off_t)a0, (off_t)got, POSIX_FADV_DONTNEED);
+    return got >= need ? 0 : EIO;
+}
+
+static void *worker_main(void *arg) {
+    expert_cache_t *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->stop && c->qlen == 0) pthread_cond_wait(&c->cv_job, &c->mu);
+        if (c->stop) break;
+        const ec_job_t j = c->q[c->qhead];
+        c->qhead = (c->qhead + 1) % c->qcap;
+        c->qlen--;
+        ec_slot_t *x = &c->slots[j.slot];
+        if (x->gen != j.gen || x->state != S_QUEUED) continue; /* a duplicate, or stale: drop it */
+        x->state = S_LOADING;
+        const int64_t l = x->key / c->n_expert, e = x->key % c->n_expert;
+        const model_expert_t *src = &c->m->layers[l].experts[e];
+        char *buf = c->mem + (size_t)j.slot * c->slot_bytes;
+        pthread_mutex_unlock(&c->mu);
+
+        const kern_mat_t *w[3] = {&src->gate, &src->up, &src->down};
+        model_expert_t ex = *src;
+        kern_mat_t *o[3] = {&ex.gate, &ex.up, &ex.down};
+        int rc = 0;
+        uint64_t nread = 0, t0 = tern_now_ns();
+        char *part = buf;
+        for (int p = 0; p < 3 && rc == 0; p++) {
+            const int64_t off = gguf_file_offset(c->m->file, w[p]->data);
+            if (off < 0) {
+                rc = EINVAL;
+                break;
+            }
+            rc = read_span(c, part, (uint64_t)off, mat_len(w[p]), &nread);
+            o[p]->data = part + (uint64_t)off % EC_ALIGN;
+            part += c->part[p];
+        }
+        const uint64_t dt = tern_now_ns() - t0;
+
+        pthread_mutex_lock(&c->mu);
+        c->st.bytes_read += nread;
+        c->st.read_ns += dt;
+        if (x->gen == j.gen) { /* always true: a LOADING slot is never reassigned */
+            x->ex = ex;
+            x->state = rc ? S_FAILED : S_READY;
+            if (x->state == S_READY && x->pins == 0 && !x->hot) lru_push(c, j.slot);
+            if (x->state == S_FAILED && x->pins == 0 && !x->hot) { /* nobody waits: free it */
+                c->map[x->key] = -1;
+                x->key = -1;
+                x->state = S_EMPTY;
+                c->free_stack[c->n_free++] = j.slot;
+            }
+        }
+        pthread_cond_broadcast(&c->cv_ready);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* ---- the counts file ----------------------------------------------------------------- */
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
+}
+
+#define EC_FNV0 0xcbf29ce484222325ull
+#define EC_HDR 32 /* magic, version, n_layer, n_expert, file size */
+
+static void put32(unsigned char *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *p) {
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+    return v;
+}
+static uint64_t get64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+/* The counts of path into c->counts when the file is whole and of this
+ * model; false (counts left at zero) otherwise. */
+static bool load_counts(expert_cache_t *c, const char *path) {
+    const uint64_t n = (uint64_t)c->n_layer * (uint64_t)c->n_expert, want = EC_HDR + 4 * n + 8;
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    bool ok = false;
+    unsigned char *b = NULL;
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && (uint64_t)sb.st_size == want && (b = malloc((size_t)want)) &&
+        fread(b, 1, (size_t)want, f) == want && !memcmp(b, "TERNEXPU", 8) && get32(b + 8) == 1 &&
+        get32(b + 12) == (uint32_t)c->n_layer && get32(b + 16) == (uint32_t)c->n_expert &&
+        get64(b + 24) == gguf_file_size(c->m->file) && get64(b + want - 8) == fnv1a(EC_FNV0, b, (size_t)(want - 8))) {
+        for (uint64_t i = 0; i < n; i++) c->counts[i] = get32(b + EC_HDR + 4 * i);
+        ok = true;
+    }
+    if (!ok) fprintf(stderr, "tern: expert usage file %s is not one of this model; no pinning from it\n", path);
+    free(b);
+    fclose(f);
+    return ok;
+}
+
+int ec_save_counts(expert_cache_t *c, tern_error_t *err) {
+    if (!c->counts || !c->pin_path) return 0;
+    const uint64_t n = (uint64_t)c->n_layer * (uint64_t)c->n_expert, len = EC_HDR + 4 * n + 8;
+    unsigned char *b = calloc(1, (size_t)len);
+    if (!b) return tern_err(err, TERN_ENOMEM, "expert cache: out of memory for the usage counts");
+    memcpy(b, "TERNEXPU", 8);
+    put32(b + 8, 1);
+    put32(b + 12, (uint32_t)c->n_layer);
+    put32(b + 16, (uint32_t)c->n_expert);
+    put32(b + 20, 0); /* padding to 8 */
+    put64(b + 24, gguf_file_size(c->m->file));
+    pthread_mutex_lock(&c->mu);
+    for (uint64_t i = 0; i < n; i++) put32(b + EC_HDR + 4 * i, c->counts[i]);
+    pthread_mutex_unlock(&c->mu);
+    put64(b + len - 8, fnv1a(EC_FNV0, b, (size_t)(len - 8)));
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", c->pin_path);
+    int rc = 0;
+    const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = tern_err(err, TERN_EIO, "expert cache: cannot write %s: %s", tmp, strerror(errno));
+    } else {
+        uint64_t off = 0;
+        while (off < len && rc == 0) {
+            const ssize_t w = write(fd, b + off, (size_t)(len - off));
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) rc = tern_err(err, TERN_EIO, "expert cache: writing %s: %s", tmp, strerror(errno));
+            else off += (uint64_t)w;
+        }
+        if (rc == 0 && fsync(fd) != 0) rc = tern_err(err, TERN_EIO, "expert cache: fsync %s: %s", tmp, strerror(errno));
+        close(fd);
+        if (rc == 0 && rename(tmp, c->pin_path) != 0)
+            rc = tern_err(err, TERN_EIO, "expert cache: rename %s: %s", tmp, strerror(errno));
+        if (rc) unlink(tmp);
+    }
+    free(b);
+    return rc;
+}
+
+/* ---- create / free ---------------------------------------------------------------------- */
+
+static int by_count_desc(const void *a, const void *b, void *ctx) {
+    const uint32_t *cnt = ctx;
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    if (cnt[x] != cnt[y]) return cnt[x] > cnt[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+expert_cache_t *ec_new(const model_t *m, const char *path, const ec_params_t *p, tern_error_t *err) {
+    if (!m || !path || !p || m->hp.n_expert <= 0) {
+        tern_err(err, TERN_EINVAL, "expert cache: needs a Mixture-of-Experts model and its path");
+        return NULL;
+    }
+    expert_cache_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        tern_err(err, TERN_ENOMEM, "expert cache: out of memory");
+        return NULL;
+    }
+    c->m = m;
+    c->fd = -1;
+    c->n_layer = m->hp.n_layer;
+    c->n_expert = m->hp.n_expert;
+    c->lru_head = c->lru_tail = -1;
+    part_sizes(m, c->part);
+    c->slot_bytes = c->part[0] + c->part[1] + c->part[2];
+    const uint64_t total = (uint64_t)c->n_layer * (uint64_t)c->n_expert;
+    uint64_t ns = c->slot_bytes ? p->bytes / c->slot_bytes : 0;
+    if (ns < 1) ns = 1;
+    if (ns > total) ns = total;
+    c->n_slots = (int)ns;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv_job, NULL);
+    pthread_cond_init(&c->cv_ready, NULL);
+
+    c->fd = p->no_direct ? -1 : open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    c->direct = c->fd >= 0;
+    if (c->fd >= 0) { /* does this file system take direct reads? */
+        void *probe = NULL;
+        if (posix_memalign(&probe, EC_ALIGN, EC_ALIGN) != 0) probe = NULL;
+        if (!probe || pread(c->fd, probe, EC_ALIGN, 0) < 0) {
+            close(c->fd);
+            c->fd = -1;
+            c->direct = false;
+        }
+        free(probe);
+    }
+    if (c->fd < 0) c->fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (c->fd < 0) {
+        tern_err(err, TERN_EIO, "expert cache: cannot open %s: %s", path, strerror(errno));
+        ec_free(c);
+        return NULL;
+    }
+    c->mem_len = (size_t)(ns * c->slot_bytes);
+    c->mem = mmap(NULL, c->mem_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (c->mem == MAP_FAILED) c->mem = NULL;
+    c->slots = calloc((size_t)ns, sizeof *c->slots);
+    c->map = malloc((size_t)total * sizeof *c->map);
+    c->free_stack = malloc((size_t)ns * sizeof *c->free_stack);
+    /* a slot has at most three jobs queued: its own, a demand promotion of
+     * a hint, a retry after a failed read */
+    c->qcap = 3 * (int)ns + 1;
+    c->q = malloc((size_t)c->qcap * sizeof *c->q);
+    if (!c->mem || !c->slots || !c->map || !c->free_stack || !c->q) {
+        tern_err(err, TERN_ENOMEM, "expert cache: out of memory for %d slots of %llu bytes", c->n_slots,
+                 (unsigned long long)c->slot_bytes);
+        ec_free(c);
+        return NULL;
+    }
+    for (uint64_t i = 0; i < total; i++) c->map[i] = -1;
+    for (int s = 0; s < c->n_slots; s++) {
+        c->slots[s] = (ec_slot_t){.key = -1, .prev = -1, .next = -1};
+        c->free_stack[c->n_free++] = c->n_slots - 1 - s;
+    }
+    c->st.n_slots = c->n_slots;
+    c->st.slot_bytes = c->slot_bytes;
+    c->st.direct = c->direct;
+
+    if (p->pin_path) {
+        c->counts = calloc((size_t)total, sizeof *c->counts);
+        c->pin_path = strdup(p->pin_path);
+        if (!c->counts || !c->pin_path) {
+            tern_err(err, TERN_ENOMEM, "expert cache: out of memory for the usage counts");
+            ec_free(c);
+            return NULL;
+        }
+    }
+    /* The hottest experts first, pinned for good. */
+    if (c->counts && p->pin_share > 0 && load_counts(c, p->pin_path)) {
+        int64_t *order = malloc((size_t)total * sizeof *order);
+        if (order) {
+            for (uint64_t i = 0; i < total; i++) order[i] = (int64_t)i;
+            qsort_r(order, (size_t)total, sizeof *order, by_count_desc, c->counts);
+            int n_hot = (int)(p->pin_share * c->n_slots);
+            if (n_hot > c->n_slots) n_hot = c->n_slots;
+            for (int i = 0; i < n_hot && c->counts[order[i]] > 0; i++) {
+                const int s = take_slot(c);
+                if (s < 0) break;
+                assign(c, s, order[i], 0, false);
+                c->slots[s].hot = true;
+                c->slots[s].hinted = false;
+                c->st.n_pinned++;
+            }
+            free(order);
+        }
+    }
+
+    c->n_threads = p->io_threads > 0 ? p->io_threads : EC_DEFAULT_IO_THREADS;
+    c->threads = calloc((size_t)c->n_threads, sizeof *c->threads);
+    if (!c->threads) {
+        tern_err(err, TERN_ENOMEM, "expert cache: out of memory");
+        ec_free(c);
+        return NULL;
+    }
+    for (int i = 0; i < c->n_threads; i++) {
+        if (pthread_create(&c->threads[i], NULL, worker_main, c) != 0) {
+            c->n_threads = i;
+            tern_err(err, TERN_ENOMEM, "expert cache: cannot start I/O thread %d", i);
+            ec_free(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+void ec_free(expert_cache_t *c) {
+    if (!c) return;
+    pthread_mutex_lock(&c->mu);
+    c->stop = true;
+    pthread_cond_broadcast(&c->cv_job);
+    pthread_mutex_unlock(&c->mu);
+    for (int i = 0; i < c->n_threads; i++) pthread_join(c->threads[i], NULL);
+    free(c->threads);
+    if (c->fd >= 0) close(c->fd);
+    if (c->mem) munmap(c->mem, c->mem_len);
+    free(c->slots);
+    free(c->map);
+    free(c->free_stack);
+    free(c->q);
+    free(c->counts);
+    free(c->pin_path);
+    pthread_cond_destroy(&c->cv_job);
+    pthread_cond_destroy(&c->cv_ready);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+/* ---- the forward's side ------------------------------------------------------------------ */
+
+ec_status_t ec_get(expert_cache_t *c, int64_t l, int64_t e, int *slot) {
+    const int64_t key = l * c->n_expert + e;
+    pthread_mutex_lock(&c->mu);
+    ec_status_t st;
+    int s = c->map[key];
+    if (s >= 0) {
+        ec_slot_t *x = &c->slots[s];
+        if (x->pins == 0) lru_remove(c, s);
+        x->pins++;
+        const bool hinted = x->hinted;
+        if (hinted) {
+            c->st.prefetch_used++;
+            x->hinted = false;
+        }
+        if (x->state == S_READY) {
+            c->st.hits++;
+            st = EC_READY;
+        } else {
+            c->st.misses++;
+            if (x->state == S_FAILED) { /* try again */
+                x->state = S_QUEUED;
+                q_push(c, s, true);
+            } else if (x->state == S_QUEUED && hinted) { /* ahead of the other hints */
+                q_push(c, s, true);
+            }
+            st = EC_PENDING;
+        }
+    } else if ((s = take_slot(c)) >= 0) {
+        assign(c, s, key, 1, true);
+        c->st.misses++;
+        st = EC_PENDING;
+    } else {
+        st = EC_NOSLOT;
+    }
+    pthread_mutex_unlock(&c->mu);
+    *slot = s;
+    return st;
+}
+
+bool ec_ready(expert_cache_t *c, int slot) {
+    pthread_mutex_lock(&c->mu);
+    const bool r = c->slots[slot].state == S_READY;
+    pthread_mutex_unlock(&c->mu);
+    return r;
+}
+
+int ec_wait(expert_cache_t *c, int slot, tern_error_t *err) {
+    pthread_mutex_lock(&c->mu);
+    const uint64_t t0 = tern_now_ns();
+    while (c->slots[slot].state == S_QUEUED || c->slots[slot].state == S_LOADING) pthread_cond_wait(&c->cv_ready, &c->mu);
+    c->st.wait_ns += tern_now_ns() - t0;
+    const int state = c->slots[slot].state;
+    const int64_t key = c->slots[slot].key;
+    pthread_mutex_unlock(&c->mu);
+    if (state != S_READY)
+        return tern_err(err, TERN_EIO, "expert cache: reading expert %lld of layer %lld failed",
+                        (long long)(key % c->n_expert), (long long)(key / c->n_expert));
+    return 0;
+}
+
+const model_expert_t *ec_expert(const expert_cache_t *c, int slot) { return &c->slots[slot].ex; }
+
+void ec_put(expert_cache_t *c, int slot) {
+    pthread_mutex_lock(&c->mu);
+    ec_slot_t *x = &c->slots[slot];
+    TERN_CHECK(x->pins > 0);
+    if (--x->pins == 0 && !x->hot) {
+        if (x->state == S_READY) {
+            lru_push(c, slot);
+        } else if (x->state == S_FAILED) {
+            c->map[x->key] = -1;
+            x->key = -1;
+            x->state = S_EMPTY;
+            c->free_stack[c->n_free++] = slot;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+void ec_hint(expert_cache_t *c, int64_t l, int64_t e) {
+    const int64_t key = l * c->n_expert + e;
+    pthread_mutex_lock(&c->mu);
+    if (c->map[key] < 0) {
+        const int s = take_slot(c);
+        if (s >= 0) {
+            assign(c, s, key, 0, false);
+            c->st.prefetched++;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+void ec_count(expert_cache_t *c, int64_t l, int64_t e, uint32_t uses) {
+    if (!c->counts) return;
+    pthread_mutex_lock(&c->mu);
+    uint32_t *n = &c->counts[l * c->n_expert + e];
+    *n = *n > UINT32_MAX - uses ? UINT32_MAX : *n + uses;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void ec_pred(expert_cache_t *c, uint64_t hits, uint64_t total) {
+    pthread_mutex_lock(&c->mu);
+    c->st.pred_hits += hits;
+    c->st.pred_total += total;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void ec_stats(const expert_cache_t *c, ec_stats_t *st) {
+    pthread_mutex_lock((pthread_mutex_t *)&c->mu);
+    *st = c->st;
+    pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
+}
+
+void ec_stats_reset(expert_cache_t *c) {
+    pthread_mutex_lock(&c->mu);
+    const int ns = c->st.n_slots, np = c->st.n_pinned;
+    const uint64_t sb = c->st.slot_bytes;
+    const bool d = c->st.direct;
+    memset(&c->st, 0, sizeof c->st);
+    c->st.n_slots = ns, c->st.n_pinned = np, c->st.slot_bytes = sb, c->st.direct = d;
+    pthread_mutex_unlock(&c->mu);
+}
