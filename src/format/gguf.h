@@ -150,6 +150,14 @@ typedef int (*gguf_fill_fn)(void *ctx, const char *name, int64_t row0, int64_t n
 int gguf_w_tensor_fill(gguf_writer_t *w, const char *name, int type, int n_dims, const int64_t *ne, gguf_fill_fn fill,
                        void *ctx);
 int64_t gguf_writer_n_tensors(const gguf_writer_t *w);
+/* Optional progress report of gguf_writer_write (fn NULL = none, the
+ * default): called on the writing thread once the header is out, after each
+ * band of tensor data (at most 64 MiB, pointer tensors included) with the
+ * bytes written so far and the file's total size, and a last time with
+ * last = true when the write ends (done == total on success, less when it
+ * failed), so a display can end its line. */
+typedef void (*gguf_progress_fn)(void *ctx, uint64_t done, uint64_t total, bool last);
+void gguf_writer_set_progress(gguf_writer_t *w, gguf_progress_fn fn, void *ctx);
 /* Write PATH (via PATH.tmp, renamed on success). Tensor offsets are assigned
  * in the order the tensors were added, each padded to the alignment. */
 int gguf_writer_write(gguf_writer_t *w, const char *path, tern_error_t *err);

@@ -13,7 +13,9 @@
  *
  * Tensor data comes either from a pointer (valid until the write returns) or
  * from a fill callback asked for a band of rows at a time, so a model larger
- * than memory can be produced (mkmodel, quantize).
+ * than memory can be produced (mkmodel, quantize); the writer holds at most
+ * one band. An optional progress callback is told the bytes written after
+ * each band (gguf_writer_set_progress).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -56,6 +58,8 @@ struct gguf_writer {
     int64_t n_kv, cap_kv;
     w_tensor_t *t;
     int64_t n_t, cap_t;
+    gguf_progress_fn progress;
+    void *progress_ctx;
     char msg[TERN_ERR_MSG];
 };
 
@@ -294,6 +298,11 @@ int gguf_w_tensor_fill(gguf_writer_t *w, const char *name, int type, int n_dims,
 
 int64_t gguf_writer_n_tensors(const gguf_writer_t *w) { return w->n_t; }
 
+void gguf_writer_set_progress(gguf_writer_t *w, gguf_progress_fn fn, void *ctx) {
+    w->progress = fn;
+    w->progress_ctx = ctx;
+}
+
 /* ---- output -------------------------------------------------------------------- */
 
 typedef struct {
@@ -377,12 +386,20 @@ int gguf_writer_write(gguf_writer_t *w, const char *path, tern_error_t *err) {
     }
     out_pad(&o, w->alignment);
 
+    /* The file is the header written so far plus the data section. */
+    uint64_t total = o.pos + off;
+    if (w->progress) w->progress(w->progress_ctx, o.pos, total, false);
     int rc = 0;
     void *band = NULL;
     for (int64_t i = 0; i < w->n_t && !rc && !o.failed; i++) {
         const w_tensor_t *t = &w->t[i];
         if (t->data) {
-            out(&o, t->data, (size_t)t->size);
+            /* In bands too, so a large copied tensor reports progress. */
+            for (uint64_t b = 0; b < t->size && !o.failed; b += W_FILL_BAND) {
+                uint64_t n = t->size - b < W_FILL_BAND ? t->size - b : W_FILL_BAND;
+                out(&o, (const uint8_t *)t->data + b, (size_t)n);
+                if (w->progress) w->progress(w->progress_ctx, o.pos, total, false);
+            }
         } else {
             int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
             uint64_t rs = t->size / (uint64_t)rows;
@@ -398,13 +415,15 @@ int gguf_writer_write(gguf_writer_t *w, const char *path, tern_error_t *err) {
             for (int64_t r0 = 0; r0 < rows && !rc && !o.failed; r0 += per) {
                 int64_t n = rows - r0 < per ? rows - r0 : per;
                 rc = t->fill(t->fill_ctx, t->name, r0, n, band, err);
-                out(&o, band, (size_t)(rs * (uint64_t)n));
+                if (!rc) out(&o, band, (size_t)(rs * (uint64_t)n));
+                if (w->progress) w->progress(w->progress_ctx, o.pos, total, false);
             }
         }
         out_pad(&o, w->alignment);
     }
     free(band);
     if (fclose(o.fp) != 0) o.failed = true;
+    if (w->progress) w->progress(w->progress_ctx, rc || o.failed ? o.pos : total, total, true);
     if (!rc && o.failed) rc = tern_err(err, TERN_EIO, "%s: write failed: %s", tmp, strerror(errno));
     if (!rc && rename(tmp, path) != 0) rc = tern_err(err, TERN_EIO, "%s: rename failed: %s", path, strerror(errno));
     if (rc) unlink(tmp);

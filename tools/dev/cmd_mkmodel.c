@@ -1,7 +1,8 @@
 /*
  * cmd_mkmodel.c - `tern mkmodel --shape NAME --type TYPE -o FILE
- * [--vocab-from FILE.gguf] [--seed N] [--threads N] [--quiet]`: a model file
- * with random weights in llama.cpp's exact layout (see tools/dev/mkmodel.c).
+ * [--vocab-from FILE.gguf] [--seed N] [--pure] [--split-experts]
+ * [--router-skew A] [--threads N] [--quiet | --verbose]`: a model file with
+ * random weights in llama.cpp's exact layout (see tools/dev/mkmodel.h).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -14,19 +15,31 @@
 
 static void usage(FILE *o) {
     fprintf(o, "usage: tern mkmodel --shape NAME --type TYPE -o FILE [--vocab-from FILE.gguf] [--seed N]\n"
-               "                    [--pure] [--threads N] [--quiet | --verbose]\n"
+               "                    [--pure] [--split-experts] [--router-skew A] [--threads N] [--quiet | --verbose]\n"
                "  shapes:");
     for (int i = 0; mk_shape_at(i); i++) {
         const mk_shape_t *s = mk_shape_at(i);
-        fprintf(o, "%s\n    %-13s %-6s dim %" PRId64 ", %" PRId64 " layers, %" PRId64 " heads, %" PRId64
+        fprintf(o, "\n    %-17s %-8s dim %" PRId64 ", %" PRId64 " layers, %" PRId64 " heads, %" PRId64
                    " kv heads, ffn %" PRId64 ", vocab %" PRId64,
-                i ? "" : "", s->name, s->arch, s->n_embd, s->n_layer, s->n_head, s->n_head_kv, s->n_ff, s->n_vocab);
+                s->name, s->arch, s->n_embd, s->n_layer, s->n_head, s->n_head_kv, s->n_ff, s->n_vocab);
+        if (s->n_expert)
+            fprintf(o, "\n%31s%" PRId64 " experts (%" PRId64 " used) of ffn %" PRId64, "", s->n_expert,
+                    s->n_expert_used, s->n_ff_exp);
+        if (s->n_ff_shexp) fprintf(o, " + shared ffn %" PRId64, s->n_ff_shexp);
     }
     fprintf(o, "\n  types: %s\n"
-               "  --vocab-from F  copy the tokenizer.* keys of F (vocab size follows its token list)\n"
-               "  --seed N        weight seed (default 1)\n"
-               "  --pure          every quantizable weight in TYPE (no llama.cpp per-tensor rules;\n"
-               "                  rows that do not fit the block size still fall back)\n",
+               "  --vocab-from F    copy the tokenizer.* keys of F (vocab size follows its token list)\n"
+               "  --seed N          weight seed (default 1)\n"
+               "  --pure            every quantizable weight in TYPE (no llama.cpp per-tensor rules;\n"
+               "                    rows that do not fit the block size still fall back)\n"
+               "  --split-experts   Mixtral (arch llama with experts) only: the older per-expert 2-D tensors\n"
+               "                    blk.N.ffn_{gate,up,down}.E.weight instead of the 3-D ffn_*_exps\n"
+               "  --router-skew A   experts with a Zipf-like popularity: layer l's router row of the expert\n"
+               "                    ranked r (a random ranking per layer) is scaled by (1 + r)^-A;\n"
+               "                    0 = uniform (default); at 1 the top quarter of 64 or 128 experts\n"
+               "                    takes about 70-90%% of the top-8 selections\n"
+               "  --quiet           nothing on stderr; --verbose: each tensor as it is written\n"
+               "  On a terminal a progress line shows bytes written, MB/s and the time left.\n",
             mk_target_names());
 }
 
@@ -45,6 +58,9 @@ int cmd_mkmodel(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--pure")) {
             o.pure = true;
+            continue;
+        } else if (!strcmp(a, "--split-experts")) {
+            o.split_experts = true;
             continue;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             o.verbose = 2;
@@ -68,6 +84,13 @@ int cmd_mkmodel(int argc, char **argv) {
             o.seed = strtoull(v, &end, 0);
             if (*end || !*v) {
                 fprintf(stderr, "tern mkmodel: bad seed '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--router-skew")) {
+            char *end;
+            o.router_skew = strtof(v, &end);
+            if (*end || !*v || !(o.router_skew >= 0)) {
+                fprintf(stderr, "tern mkmodel: bad router skew '%s' (a number >= 0)\n", v);
                 return 2;
             }
         } else if (!strcmp(a, "--threads") || !strcmp(a, "-t"))

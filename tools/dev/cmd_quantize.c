@@ -11,7 +11,12 @@
 #include "dev/mkmodel.h"
 
 static void usage(FILE *o) {
-    fprintf(o, "usage: tern quantize IN.gguf OUT.gguf TYPE [--pure] [--threads N] [--quiet | --verbose]\n  types: %s\n", mk_target_names());
+    fprintf(o,
+            "usage: tern quantize IN.gguf OUT.gguf TYPE [--pure] [--threads N] [--quiet | --verbose]\n"
+            "  types: %s\n"
+            "  llama.cpp's per-tensor rules, mixtures of experts included (the router stays F32);\n"
+            "  on a terminal a progress line shows bytes written, MB/s and the time left.\n",
+            mk_target_names());
 }
 
 int cmd_quantize(int argc, char **argv) {

@@ -3,14 +3,20 @@
  *
  * Shapes and metadata follow what llama.cpp's converter writes for the
  * published models (config.json values of SmolLM2-135M, Qwen2.5-0.5B,
- * Llama-3.2-1B, Qwen3-0.6B); the tiny shapes are ours, for tests:
+ * Llama-3.2-1B, Qwen3-0.6B, and of the mixtures of experts OLMoE-1B-7B,
+ * Qwen1.5-MoE-A2.7B, Qwen3-30B-A3B, Mixtral-8x7B); the tiny shapes are ours,
+ * for tests:
  *   tiny        llama, dim 256, ffn 512: every row a multiple of 256, so
  *               the K formats apply without fallback;
  *   tiny-64     llama, dim 64, ffn 128: the shape fallback of the K formats
  *               (Q4_K -> Q5_0 ...) applies to every tensor;
  *   tiny-qwen2  tiny with attn_q/k/v biases (qwen2);
  *   tiny-qwen3  tiny with q/k norms and head_dim 128 != dim / heads (qwen3);
- *   tiny-llama3 tiny with a rope_freqs tensor (llama3 RoPE scaling).
+ *   tiny-llama3 tiny with a rope_freqs tensor (llama3 RoPE scaling);
+ *   tiny-qwen3moe, tiny-qwen2moe (with a shared expert of width 256),
+ *   tiny-olmoe, tiny-mixtral: mixtures of 8 (Mixtral: 4) experts of width
+ *               128 (Mixtral: 256), 2 used; the 128-wide ffn_down_exps take
+ *               the shape fallback of the K formats, the rest does not.
  *
  * Tensor bytes are produced at write time, a band of rows at a time, by
  * pthreads over disjoint row ranges; each row's random numbers depend only
@@ -36,20 +42,41 @@
 
 static const mk_shape_t g_shapes[] = {
     /* name, arch, layers, dim, heads, kv heads, head dim, ffn, vocab, ctx, rope base, eps, bias, qk norm, tied,
-     * llama3 rope (factor, low, high, original ctx) */
-    {"smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, 1e-5f, false, false, true, 0, 0, 0, 0},
-    {"qwen2.5-0.5b", "qwen2", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, false, true, 0, 0, 0,
-     0},
-    {"llama3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, false, false, true, 32.0f,
-     1.0f, 4.0f, 8192},
-    {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, false, true, true, 0, 0, 0,
-     0},
-    {"tiny", "llama", 2, 256, 4, 2, 64, 512, 512, 1024, 10000.0f, 1e-5f, false, false, true, 0, 0, 0, 0},
-    {"tiny-64", "llama", 2, 64, 4, 2, 16, 128, 512, 1024, 10000.0f, 1e-5f, false, false, true, 0, 0, 0, 0},
-    {"tiny-qwen2", "qwen2", 2, 256, 4, 2, 64, 512, 512, 1024, 1000000.0f, 1e-6f, true, false, true, 0, 0, 0, 0},
-    {"tiny-qwen3", "qwen3", 2, 256, 4, 2, 128, 512, 512, 1024, 1000000.0f, 1e-6f, false, true, true, 0, 0, 0, 0},
-    {"tiny-llama3", "llama", 2, 256, 4, 2, 64, 512, 512, 1024, 500000.0f, 1e-5f, false, false, true, 32.0f, 1.0f,
-     4.0f, 8192},
+     * llama3 rope (factor, low, high, original ctx), experts (count, used, width, shared width) */
+    {"smollm2-135m", "llama", 30, 576, 9, 3, 64, 1536, 49152, 8192, 100000.0f, 1e-5f, false, false, true,
+     0, 0, 0, 0, 0, 0, 0, 0},
+    {"qwen2.5-0.5b", "qwen2", 24, 896, 14, 2, 64, 4864, 151936, 32768, 1000000.0f, 1e-6f, true, false, true,
+     0, 0, 0, 0, 0, 0, 0, 0},
+    {"llama3.2-1b", "llama", 16, 2048, 32, 8, 64, 8192, 128256, 131072, 500000.0f, 1e-5f, false, false, true,
+     32.0f, 1.0f, 4.0f, 8192, 0, 0, 0, 0},
+    {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, 1000000.0f, 1e-6f, false, true, true,
+     0, 0, 0, 0, 0, 0, 0, 0},
+    {"olmoe-1b-7b", "olmoe", 16, 2048, 16, 16, 128, 1024, 50304, 4096, 10000.0f, 1e-5f, false, true, false,
+     0, 0, 0, 0, 64, 8, 1024, 0},
+    {"qwen1.5-moe-a2.7b", "qwen2moe", 24, 2048, 16, 16, 128, 5632, 151936, 8192, 1000000.0f, 1e-6f, true, false,
+     false, 0, 0, 0, 0, 60, 4, 1408, 5632},
+    {"qwen3-30b-a3b", "qwen3moe", 48, 2048, 32, 4, 128, 6144, 151936, 40960, 1000000.0f, 1e-6f, false, true, false,
+     0, 0, 0, 0, 128, 8, 768, 0},
+    {"mixtral-8x7b", "llama", 32, 4096, 32, 8, 128, 14336, 32000, 32768, 1000000.0f, 1e-5f, false, false, false,
+     0, 0, 0, 0, 8, 2, 14336, 0},
+    {"tiny", "llama", 2, 256, 4, 2, 64, 512, 512, 1024, 10000.0f, 1e-5f, false, false, true,
+     0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-64", "llama", 2, 64, 4, 2, 16, 128, 512, 1024, 10000.0f, 1e-5f, false, false, true,
+     0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-qwen2", "qwen2", 2, 256, 4, 2, 64, 512, 512, 1024, 1000000.0f, 1e-6f, true, false, true,
+     0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-qwen3", "qwen3", 2, 256, 4, 2, 128, 512, 512, 1024, 1000000.0f, 1e-6f, false, true, true,
+     0, 0, 0, 0, 0, 0, 0, 0},
+    {"tiny-llama3", "llama", 2, 256, 4, 2, 64, 512, 512, 1024, 500000.0f, 1e-5f, false, false, true,
+     32.0f, 1.0f, 4.0f, 8192, 0, 0, 0, 0},
+    {"tiny-qwen3moe", "qwen3moe", 2, 256, 4, 2, 128, 512, 512, 1024, 1000000.0f, 1e-6f, false, true, true,
+     0, 0, 0, 0, 8, 2, 128, 0},
+    {"tiny-qwen2moe", "qwen2moe", 2, 256, 4, 2, 64, 512, 512, 1024, 1000000.0f, 1e-6f, true, false, true,
+     0, 0, 0, 0, 8, 2, 128, 256},
+    {"tiny-olmoe", "olmoe", 2, 256, 4, 4, 64, 128, 512, 1024, 10000.0f, 1e-5f, false, true, false,
+     0, 0, 0, 0, 8, 2, 128, 0},
+    {"tiny-mixtral", "llama", 2, 256, 4, 2, 64, 256, 512, 1024, 1000000.0f, 1e-5f, false, false, false,
+     0, 0, 0, 0, 4, 2, 256, 0},
 };
 #define N_SHAPES (int)(sizeof g_shapes / sizeof g_shapes[0])
 
@@ -66,13 +93,13 @@ const mk_shape_t *mk_shape_find(const char *name) {
 /* general.file_type values are llama.cpp's llama_ftype. A plain K type has
  * no ftype of its own; the nearest (Q4_K_S, Q5_K_S, Q6_K) is stored. */
 static const mk_target_t g_targets[] = {
-    {"f32", TYPE_F32, false, false, 0},      {"f16", TYPE_F16, false, false, 1},
-    {"bf16", TYPE_BF16, false, false, 32},   {"q8_0", TYPE_Q8_0, false, false, 7},
-    {"q4_0", TYPE_Q4_0, false, false, 2},    {"q4_1", TYPE_Q4_1, false, false, 3},
-    {"q5_0", TYPE_Q5_0, false, false, 8},    {"q5_1", TYPE_Q5_1, false, false, 9},
-    {"q4_k", TYPE_Q4_K, false, false, 14},   {"q5_k", TYPE_Q5_K, false, false, 16},
-    {"q6_k", TYPE_Q6_K, false, false, 18},   {"q4_k_m", TYPE_Q4_K, true, false, 15},
-    {"q5_k_m", TYPE_Q5_K, true, false, 17},
+    {"f32", TYPE_F32, false, false, 0, 0},      {"f16", TYPE_F16, false, false, 1, 0},
+    {"bf16", TYPE_BF16, false, false, 32, 0},   {"q8_0", TYPE_Q8_0, false, false, 7, 0},
+    {"q4_0", TYPE_Q4_0, false, false, 2, 0},    {"q4_1", TYPE_Q4_1, false, false, 3, 0},
+    {"q5_0", TYPE_Q5_0, false, false, 8, 0},    {"q5_1", TYPE_Q5_1, false, false, 9, 0},
+    {"q4_k", TYPE_Q4_K, false, false, 14, 0},   {"q5_k", TYPE_Q5_K, false, false, 16, 0},
+    {"q6_k", TYPE_Q6_K, false, false, 18, 0},   {"q4_k_m", TYPE_Q4_K, true, false, 15, 0},
+    {"q5_k_m", TYPE_Q5_K, true, false, 17, 0},
 };
 #define N_TARGETS (int)(sizeof g_targets / sizeof g_targets[0])
 
@@ -97,7 +124,15 @@ static bool ends_with(const char *s, const char *suf) {
 }
 
 bool mk_quantizable(const char *name, int n_dims) {
-    return n_dims >= 2 && ends_with(name, "weight") && !strstr(name, "_norm.weight");
+    return n_dims >= 2 && ends_with(name, "weight") && !strstr(name, "_norm.weight") &&
+           !strstr(name, "ffn_gate_inp.weight");
+}
+
+/* N of a "blk.N." name, or -1. */
+static int layer_of(const char *name) {
+    int l = -1, k = 0;
+    if (sscanf(name, "blk.%d.%n", &l, &k) != 1 || k == 0) return -1;
+    return l;
 }
 
 static bool is_quantized(int type) { return type != TYPE_F32 && type != TYPE_F16 && type != TYPE_BF16; }
@@ -119,13 +154,15 @@ static int fallback(int type, int64_t ne0, int *n_fallback) {
 }
 
 void mk_plan(const mk_target_t *t, const mk_tinfo_t *ti, int64_t n, int *types, int *n_fallback) {
-    bool tied = true;
-    int n_v = 0, n_down = 0, i_v = 0, i_down = 0;
+    bool tied = true, moe = t->n_expert > 1, eight = t->n_expert == 8;
+    int n_v = 0, n_down = 0, i_v = 0, i_down = 0, n_layer = 0;
     if (n_fallback) *n_fallback = 0;
     for (int64_t i = 0; i < n; i++) {
         if (!strcmp(ti[i].name, "output.weight")) tied = false;
         if (strstr(ti[i].name, "attn_v.weight")) n_v++;
         if (strstr(ti[i].name, "ffn_down")) n_down++;
+        int l = layer_of(ti[i].name);
+        if (l >= n_layer) n_layer = l + 1;
     }
     for (int64_t i = 0; i < n; i++) {
         const char *name = ti[i].name;
@@ -142,12 +179,20 @@ void mk_plan(const mk_target_t *t, const mk_tinfo_t *ti, int64_t n, int *types, 
                     ty = TYPE_Q8_0;
                 else if (ty != TYPE_Q8_0)
                     ty = TYPE_Q6_K;
-            } else if (t->mix && strstr(name, "attn_v.weight")) {
-                if (use_more_bits(i_v, n_v)) ty = TYPE_Q6_K;
+            } else if (strstr(name, "attn_v.weight")) {
+                if (t->mix && use_more_bits(i_v, n_v)) ty = TYPE_Q6_K;
+                if (eight) ty = TYPE_Q8_0;
                 i_v++;
-            } else if (t->mix && strstr(name, "ffn_down")) {
-                if (use_more_bits(i_down, n_down)) ty = TYPE_Q6_K;
+            } else if (strstr(name, "attn_k.weight")) {
+                if (eight) ty = TYPE_Q8_0;
+            } else if (strstr(name, "ffn_down")) {
+                /* MoE: the layer from the name, out of all layers */
+                int il = i_down, nl = n_down, l = layer_of(name);
+                if (moe && l >= 0) il = l, nl = n_layer;
+                if (t->mix && use_more_bits(il, nl)) ty = TYPE_Q6_K;
                 i_down++;
+            } else if (strstr(name, "attn_output.weight")) {
+                if (eight && t->mix && t->base == TYPE_Q4_K) ty = TYPE_Q5_K;
             } else if (t->mix && strstr(name, "attn_qkv.weight")) {
                 ty = t->base == TYPE_Q4_K ? TYPE_Q5_K : TYPE_Q6_K;
             }
@@ -159,21 +204,36 @@ void mk_plan(const mk_target_t *t, const mk_tinfo_t *ti, int64_t n, int *types, 
 
 /* ---- tensors of a shape -------------------------------------------------------------- */
 
-static void desc(mk_tdesc_t *out, int64_t cap, int64_t *k, int n_dims, int64_t ne0, int64_t ne1, const char *fmt,
-                 int layer) {
+/* One tensor: fmt takes the layer and, for split experts, the expert. */
+static void desc3(mk_tdesc_t *out, int64_t cap, int64_t *k, int n_dims, int64_t ne0, int64_t ne1, int64_t ne2,
+                  const char *fmt, int layer, int expert) {
     if (*k < cap) {
         mk_tdesc_t *d = &out[*k];
-        snprintf(d->name, sizeof d->name, fmt, layer);
+        snprintf(d->name, sizeof d->name, fmt, layer, expert);
         d->n_dims = n_dims;
         d->ne[0] = ne0;
         d->ne[1] = n_dims > 1 ? ne1 : 1;
-        d->ne[2] = d->ne[3] = 1;
+        d->ne[2] = n_dims > 2 ? ne2 : 1;
+        d->ne[3] = 1;
     }
     (*k)++;
 }
 
+static void desc(mk_tdesc_t *out, int64_t cap, int64_t *k, int n_dims, int64_t ne0, int64_t ne1, const char *fmt,
+                 int layer) {
+    desc3(out, cap, k, n_dims, ne0, ne1, 1, fmt, layer, 0);
+}
+
 int64_t mk_shape_tensors(const mk_shape_t *s, int64_t n_vocab, mk_tdesc_t *out, int64_t cap) {
+    return mk_shape_tensors_opt(s, n_vocab, false, out, cap);
+}
+
+int64_t mk_shape_tensors_opt(const mk_shape_t *s, int64_t n_vocab, bool split_experts, mk_tdesc_t *out,
+                             int64_t cap) {
     int64_t k = 0, D = s->n_embd, QD = s->n_head * s->head_dim, KVD = s->n_head_kv * s->head_dim;
+    int64_t NE = s->n_expert, FE = s->n_ff_exp, FS = s->n_ff_shexp;
+    bool olmoe = !strcmp(s->arch, "olmoe");
+    split_experts = split_experts && NE > 0 && !strcmp(s->arch, "llama");
     desc(out, cap, &k, 2, D, n_vocab, "token_embd.weight", 0);
     if (s->rope_factor > 0) desc(out, cap, &k, 1, s->head_dim / 2, 1, "rope_freqs.weight", 0);
     for (int l = 0; l < s->n_layer; l++) {
@@ -185,14 +245,35 @@ int64_t mk_shape_tensors(const mk_shape_t *s, int64_t n_vocab, mk_tdesc_t *out, 
         desc(out, cap, &k, 2, D, KVD, "blk.%d.attn_v.weight", l);
         if (s->qkv_bias) desc(out, cap, &k, 1, KVD, 1, "blk.%d.attn_v.bias", l);
         if (s->qk_norm) {
-            desc(out, cap, &k, 1, s->head_dim, 1, "blk.%d.attn_q_norm.weight", l);
-            desc(out, cap, &k, 1, s->head_dim, 1, "blk.%d.attn_k_norm.weight", l);
+            desc(out, cap, &k, 1, olmoe ? QD : s->head_dim, 1, "blk.%d.attn_q_norm.weight", l);
+            desc(out, cap, &k, 1, olmoe ? KVD : s->head_dim, 1, "blk.%d.attn_k_norm.weight", l);
         }
         desc(out, cap, &k, 2, QD, D, "blk.%d.attn_output.weight", l);
         desc(out, cap, &k, 1, D, 1, "blk.%d.ffn_norm.weight", l);
-        desc(out, cap, &k, 2, D, s->n_ff, "blk.%d.ffn_gate.weight", l);
-        desc(out, cap, &k, 2, D, s->n_ff, "blk.%d.ffn_up.weight", l);
-        desc(out, cap, &k, 2, s->n_ff, D, "blk.%d.ffn_down.weight", l);
+        if (NE == 0) {
+            desc(out, cap, &k, 2, D, s->n_ff, "blk.%d.ffn_gate.weight", l);
+            desc(out, cap, &k, 2, D, s->n_ff, "blk.%d.ffn_up.weight", l);
+            desc(out, cap, &k, 2, s->n_ff, D, "blk.%d.ffn_down.weight", l);
+            continue;
+        }
+        desc(out, cap, &k, 2, D, NE, "blk.%d.ffn_gate_inp.weight", l);
+        if (split_experts) {
+            for (int e = 0; e < (int)NE; e++) {
+                desc3(out, cap, &k, 2, D, FE, 1, "blk.%d.ffn_gate.%d.weight", l, e);
+                desc3(out, cap, &k, 2, D, FE, 1, "blk.%d.ffn_up.%d.weight", l, e);
+                desc3(out, cap, &k, 2, FE, D, 1, "blk.%d.ffn_down.%d.weight", l, e);
+            }
+        } else {
+            desc3(out, cap, &k, 3, D, FE, NE, "blk.%d.ffn_gate_exps.weight", l, 0);
+            desc3(out, cap, &k, 3, D, FE, NE, "blk.%d.ffn_up_exps.weight", l, 0);
+            desc3(out, cap, &k, 3, FE, D, NE, "blk.%d.ffn_down_exps.weight", l, 0);
+        }
+        if (FS > 0) {
+            desc(out, cap, &k, 1, D, 1, "blk.%d.ffn_gate_inp_shexp.weight", l);
+            desc(out, cap, &k, 2, D, FS, "blk.%d.ffn_gate_shexp.weight", l);
+            desc(out, cap, &k, 2, D, FS, "blk.%d.ffn_up_shexp.weight", l);
+            desc(out, cap, &k, 2, FS, D, "blk.%d.ffn_down_shexp.weight", l);
+        }
     }
     desc(out, cap, &k, 1, D, 1, "output_norm.weight", 0);
     if (!s->tied) desc(out, cap, &k, 2, D, n_vocab, "output.weight", 0);
@@ -260,6 +341,21 @@ static void randn_row(uint64_t key, int64_t row, float std, float *x, int64_t n)
     }
 }
 
+void mk_router_scales(uint64_t seed, int layer, int64_t n_expert, float skew, float *scale) {
+    /* rank[e] by a Fisher-Yates shuffle from the stream of (seed, layer);
+     * scale[e] = (1 + rank[e])^-skew. The ranks go through scale[] itself. */
+    uint64_t s = name_key(seed, "router-skew") ^ ((uint64_t)(uint32_t)layer * 0x9e3779b97f4a7c15ull);
+    splitmix(&s);
+    for (int64_t e = 0; e < n_expert; e++) scale[e] = (float)e;
+    for (int64_t i = n_expert - 1; i > 0; i--) {
+        int64_t j = (int64_t)(splitmix(&s) % (uint64_t)(i + 1));
+        float t = scale[i];
+        scale[i] = scale[j];
+        scale[j] = t;
+    }
+    for (int64_t e = 0; e < n_expert; e++) scale[e] = skew == 0 ? 1.0f : (float)pow(1.0 + scale[e], -(double)skew);
+}
+
 /* ---- the fill callback: sources of rows ----------------------------------------------------- */
 
 typedef enum { SRC_RANDN, SRC_ONES, SRC_VALUES, SRC_TENSOR } src_kind_t;
@@ -270,6 +366,7 @@ typedef struct {
     int64_t ne0;
     uint64_t key;    /* SRC_RANDN */
     float std;
+    const float *row_scale; /* SRC_RANDN: NULL, or a factor per row (the router skew) */
     const float *values; /* SRC_VALUES: ne0 * rows floats */
     const uint8_t *src;  /* SRC_TENSOR */
     int src_type;
@@ -298,7 +395,11 @@ static void *fill_job(void *arg) {
     }
     for (int64_t r = j->r0; r < j->r1 && !j->rc; r++) {
         switch (f->kind) {
-        case SRC_RANDN: randn_row(f->key, r, f->std, x, f->ne0); break;
+        case SRC_RANDN:
+            randn_row(f->key, r, f->std, x, f->ne0);
+            if (f->row_scale)
+                for (int64_t i = 0; i < f->ne0; i++) x[i] *= f->row_scale[r];
+            break;
         case SRC_ONES:
             for (int64_t i = 0; i < f->ne0; i++) x[i] = 1.0f;
             break;
@@ -469,10 +570,68 @@ static void print_plan(const char *what, const int *types, int64_t n, int n_fall
     fputc('\n', stderr);
 }
 
+/* ---- progress on a terminal ---------------------------------------------------------------- */
+
+/* One line on stderr, rewritten at most 4 times a second: bytes written of
+ * the total, rate, time left; a newline when the write ends. Only when
+ * stderr is a terminal (tests and logs stay quiet), and only once a write has
+ * run 250 ms (a small file shows nothing). */
+typedef struct {
+    const char *what;
+    uint64_t t0, last_ns;
+    bool shown;
+} progress_t;
+
+static void fmt_bytes(char *b, size_t n, double x) {
+    if (x >= 1e9)
+        snprintf(b, n, "%.2f GB", x / 1e9);
+    else
+        snprintf(b, n, "%.1f MB", x / 1e6);
+}
+
+static void fmt_secs(char *b, size_t n, double s) {
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(b, n, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60)
+        snprintf(b, n, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(b, n, "%lds", t);
+}
+
+static void progress_cb(void *ctx, uint64_t done, uint64_t total, bool last) {
+    progress_t *p = ctx;
+    uint64_t now = tern_now_ns();
+    if (!last && (now - p->t0 < 250000000u || now - p->last_ns < 250000000u)) return;
+    if (last && !p->shown) return;
+    p->last_ns = now;
+    p->shown = true;
+    double sec = (double)(now - p->t0) / 1e9, rate = sec > 0 ? (double)done / sec : 0;
+    char a[32], b[32], left[32] = "";
+    fmt_bytes(a, sizeof a, (double)done);
+    fmt_bytes(b, sizeof b, (double)total);
+    if (last)
+        snprintf(left, sizeof left, "%s", done == total ? "done" : "stopped");
+    else if (rate > 0) {
+        fmt_secs(left, sizeof left, (double)(total - done) / rate);
+        strcat(left, " left");
+    }
+    fprintf(stderr, "\r%s: %s / %s (%.1f%%), %.0f MB/s, %s\033[K%s", p->what, a, b,
+            total ? 100.0 * (double)done / (double)total : 100.0, rate / 1e6, left, last ? "\n" : "");
+    fflush(stderr);
+}
+
+/* Progress for verbose level 1 on a terminal (level 2 prints a line per tensor instead). */
+static void progress_attach(gguf_writer_t *w, progress_t *p, const char *what, int verbose) {
+    if (verbose != 1 || !isatty(STDERR_FILENO)) return;
+    *p = (progress_t){what, tern_now_ns(), 0, false};
+    gguf_writer_set_progress(w, progress_cb, p);
+}
+
 int mk_model_write(const mk_opts_t *o, tern_error_t *err) {
     const mk_shape_t *s = mk_shape_find(o->shape ? o->shape : "");
     if (!s) {
-        char names[512];
+        char names[1024];
         size_t k = 0;
         for (int i = 0; i < N_SHAPES; i++)
             k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", i ? ", " : "", g_shapes[i].name);
@@ -482,7 +641,14 @@ int mk_model_write(const mk_opts_t *o, tern_error_t *err) {
     if (mk_target_parse(o->type, &tg))
         return tern_err(err, TERN_EINVAL, "unknown type '%s' (known: %s)", o->type ? o->type : "", mk_target_names());
     tg.pure = o->pure;
+    tg.n_expert = s->n_expert;
     if (!o->out) return tern_err(err, TERN_EINVAL, "no output file");
+    if (o->split_experts && (s->n_expert == 0 || strcmp(s->arch, "llama")))
+        return tern_err(err, TERN_EINVAL,
+                        "split experts: shape '%s' (%s%s) is not a llama-arch mixture of experts (Mixtral)", s->name,
+                        s->arch, s->n_expert ? "" : ", dense");
+    if (!(o->router_skew >= 0 && o->router_skew <= 100))
+        return tern_err(err, TERN_EINVAL, "router skew %g outside 0..100", (double)o->router_skew);
 
     int rc = 0;
     gguf_file_t *vf = NULL;
@@ -491,7 +657,8 @@ int mk_model_write(const mk_opts_t *o, tern_error_t *err) {
     mk_tinfo_t *ti = NULL;
     int *types = NULL;
     fill_t *fills = NULL;
-    float *rope = NULL;
+    float *rope = NULL, *router = NULL;
+    progress_t prog;
     if (!w) return tern_err(err, TERN_ENOMEM, "out of memory");
 
     int64_t n_vocab = s->n_vocab;
@@ -534,6 +701,14 @@ int mk_model_write(const mk_opts_t *o, tern_error_t *err) {
     W(gguf_w_u32(w, "general.file_type", tg.ftype));
     W(gguf_w_u32(w, AK("vocab_size"), (uint32_t)n_vocab));
     W(gguf_w_u32(w, AK("rope.dimension_count"), (uint32_t)s->head_dim));
+    if (s->n_expert > 0) {
+        W(gguf_w_u32(w, AK("expert_count"), (uint32_t)s->n_expert));
+        W(gguf_w_u32(w, AK("expert_used_count"), (uint32_t)s->n_expert_used));
+        /* olmoe and Mixtral: the expert width is feed_forward_length */
+        if (!strcmp(s->arch, "qwen2moe") || !strcmp(s->arch, "qwen3moe"))
+            W(gguf_w_u32(w, AK("expert_feed_forward_length"), (uint32_t)s->n_ff_exp));
+        if (s->n_ff_shexp > 0) W(gguf_w_u32(w, AK("expert_shared_feed_forward_length"), (uint32_t)s->n_ff_shexp));
+    }
     if (is_quantized(tg.base)) W(gguf_w_u32(w, "general.quantization_version", 2));
 #undef AK
     if (vf) {
@@ -542,17 +717,20 @@ int mk_model_write(const mk_opts_t *o, tern_error_t *err) {
         goto done;
     }
 
-    int64_t n = mk_shape_tensors(s, n_vocab, NULL, 0);
+    int64_t n = mk_shape_tensors_opt(s, n_vocab, o->split_experts, NULL, 0);
     d = calloc((size_t)n, sizeof *d);
     ti = calloc((size_t)n, sizeof *ti);
     types = calloc((size_t)n, sizeof *types);
     fills = calloc((size_t)n, sizeof *fills);
     rope = calloc((size_t)(s->head_dim / 2 + 1), sizeof *rope);
-    if (!d || !ti || !types || !fills || !rope) {
+    router = calloc((size_t)(s->n_layer * s->n_expert + 1), sizeof *router);
+    if (!d || !ti || !types || !fills || !rope || !router) {
         rc = tern_err(err, TERN_ENOMEM, "out of memory");
         goto done;
     }
-    mk_shape_tensors(s, n_vocab, d, n);
+    mk_shape_tensors_opt(s, n_vocab, o->split_experts, d, n);
+    for (int l = 0; l < s->n_layer && s->n_expert > 0; l++)
+        mk_router_scales(o->seed, l, s->n_expert, o->router_skew, router + (int64_t)l * s->n_expert);
     for (int64_t i = 0; i < n; i++) ti[i] = (mk_tinfo_t){d[i].name, d[i].n_dims, d[i].ne[0], TYPE_F32};
     int n_fallback = 0;
     mk_plan(&tg, ti, n, types, &n_fallback);
@@ -576,10 +754,13 @@ int mk_model_write(const mk_opts_t *o, tern_error_t *err) {
             f->kind = SRC_RANDN;
             f->key = name_key(o->seed, d[i].name);
             f->std = ends_with(d[i].name, ".bias") ? 0.02f : (float)(1.0 / sqrt((double)d[i].ne[0]));
+            if (o->router_skew > 0 && ends_with(d[i].name, ".ffn_gate_inp.weight"))
+                f->row_scale = router + (int64_t)layer_of(d[i].name) * s->n_expert;
         }
         W(gguf_w_tensor_fill(w, d[i].name, types[i], d[i].n_dims, d[i].ne, fill_rows, f));
     }
     if (o->verbose) print_plan(tg.name, types, n, n_fallback);
+    progress_attach(w, &prog, "mkmodel", o->verbose);
     uint64_t t0 = tern_now_ns();
     if ((rc = gguf_writer_write(w, o->out, err))) goto done;
     if (o->verbose >= 2) {
@@ -596,6 +777,7 @@ done:
     free(types);
     free(fills);
     free(rope);
+    free(router);
     return rc;
 }
 
@@ -630,6 +812,9 @@ int mk_quantize_file(const char *in, const char *out, const char *type, bool pur
         const gguf_tensor_t *t = gguf_tensor_at(f, i);
         ti[i] = (mk_tinfo_t){t->name, t->n_dims, t->ne[0], t->type};
     }
+    uint64_t n_expert = 0;
+    if (gguf_get_arch_u64(f, "expert_count", &n_expert, NULL)) n_expert = 0; /* absent: dense */
+    tg.n_expert = (int64_t)n_expert;
     int n_fallback = 0;
     mk_plan(&tg, ti, n, types, &n_fallback);
 
@@ -660,6 +845,8 @@ int mk_quantize_file(const char *in, const char *out, const char *type, bool pur
         W(gguf_w_tensor_fill(w, t->name, types[i], t->n_dims, t->ne, fill_rows, fl));
     }
     if (verbose) print_plan(tg.name, types, n, n_fallback);
+    progress_t prog;
+    progress_attach(w, &prog, "quantize", verbose);
     rc = gguf_writer_write(w, out, err);
 done:
     gguf_writer_free(w);
