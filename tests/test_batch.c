@@ -423,6 +423,10 @@ static void test_invariance_tiny(void **state) {
     invariance_tiny("tiny-qwen2", "q4_0", 0);
     invariance_tiny("tiny-qwen3", "f16", 0);
     invariance_tiny("tiny-llama3", "q5_k_m", 0);
+    invariance_tiny("tiny-qwen3moe", "q8_0", 0); /* Mixture of Experts: experts grouped by token */
+    invariance_tiny("tiny-qwen2moe", "q4_k_m", 0);
+    invariance_tiny("tiny-olmoe", "f16", 0);
+    invariance_tiny("tiny-mixtral", "q4_0", 0);
 }
 
 static void test_invariance_stories(void **state) {

@@ -210,11 +210,19 @@ static void test_stories_prompt(void **state) {
  * (llama) or (i, i + d/2) (qwen) by pos * base^(-2i/d) / factor_i; causal
  * softmax(q k / sqrt(d)) v with query head h reading kv head h / (H / Hkv);
  * output projection and residual; SwiGLU FFN and residual; final RMSNorm
- * and the output (or tied embedding) matrix. */
+ * and the output (or tied embedding) matrix. Mixture of Experts (a layer
+ * with ffn_gate_inp): softmax of the router's logits, the K most probable
+ * experts (qwen3moe and Mixtral: their probabilities renormalized to sum
+ * 1), the weighted sum of their SwiGLU FFNs (3-D _exps tensors or
+ * Mixtral's per-expert ffn_*.E tensors), plus, for qwen2moe, the shared
+ * expert's FFN scaled by sigmoid(x . ffn_gate_inp_shexp); olmoe's Q/K
+ * RMSNorm over the whole projection. */
 
 typedef struct {
     const gguf_file_t *f;
     int64_t D, L, F, H, HKV, HD, V, NROT;
+    int64_t E, K, FE, FS; /* experts, used per token, expert width, shared expert width */
+    bool renorm;
     double eps, base;
     bool neox;
     double *rope_fac; /* NROT/2 or NULL */
@@ -223,7 +231,7 @@ typedef struct {
 static double *ref_tensor(const gguf_file_t *f, const char *name, int64_t *rows, int64_t *cols) {
     const gguf_tensor_t *t = gguf_tensor_find(f, name);
     if (!t) return NULL;
-    int64_t c = t->ne[0], r = t->n_dims > 1 ? t->ne[1] : 1;
+    int64_t c = t->ne[0], r = t->ne[1] * t->ne[2] * t->ne[3]; /* a 3-D tensor: its matrices one after another */
     float *row = malloc((size_t)c * sizeof *row);
     double *out = malloc((size_t)(r * c) * sizeof *out);
     assert_true(row && out);
@@ -274,6 +282,16 @@ static void ref_rope(const ref_model_t *rm, double *x, int64_t nh, int64_t pos) 
     }
 }
 
+/* out (D) = down(silu(gate x) * (up x)) of a SwiGLU FFN of width F; g, up:
+ * F doubles of scratch. */
+static void ref_ffn(double *out, const double *wg, const double *wu, const double *wd, const double *x, int64_t D,
+                    int64_t F, double *g, double *up) {
+    ref_mv(g, wg, x, F, D);
+    ref_mv(up, wu, x, F, D);
+    for (int64_t j = 0; j < F; j++) g[j] = g[j] / (1.0 + exp(-g[j])) * up[j];
+    ref_mv(out, wd, g, D, F);
+}
+
 /* Logits (n x V) of every position of ids. */
 static double *ref_forward(const gguf_file_t *f, const int32_t *ids, int64_t n) {
     ref_model_t rm = {0};
@@ -290,6 +308,13 @@ static double *ref_forward(const gguf_file_t *f, const int32_t *ids, int64_t n) 
     rm.eps = gguf_get_arch_f32(f, "attention.layer_norm_rms_epsilon", &fl, NULL) == 0 ? fl : 1e-5;
     rm.base = gguf_get_arch_f32(f, "rope.freq_base", &fl, NULL) == 0 ? fl : 10000.0;
     rm.neox = strcmp(gguf_arch(f), "llama") != 0;
+    rm.E = gguf_get_arch_u64(f, "expert_count", &u, NULL) == 0 ? (int64_t)u : 0;
+    rm.K = gguf_get_arch_u64(f, "expert_used_count", &u, NULL) == 0 ? (int64_t)u : 0;
+    rm.FE = gguf_get_arch_u64(f, "expert_feed_forward_length", &u, NULL) == 0 ? (int64_t)u : rm.F;
+    rm.FS = gguf_get_arch_u64(f, "expert_shared_feed_forward_length", &u, NULL) == 0 ? (int64_t)u : 0;
+    rm.renorm = !strcmp(gguf_arch(f), "qwen3moe") || !strcmp(gguf_arch(f), "llama");
+    const bool full_qk_norm = !strcmp(gguf_arch(f), "olmoe");
+    const int64_t FMAX = rm.F > rm.FE ? (rm.F > rm.FS ? rm.F : rm.FS) : (rm.FE > rm.FS ? rm.FE : rm.FS);
     rm.rope_fac = ref_tensor(f, "rope_freqs.weight", NULL, NULL);
     int64_t V, D2;
     double *emb = ref_tensor(f, "token_embd.weight", &V, &D2);
@@ -301,8 +326,9 @@ static double *ref_forward(const gguf_file_t *f, const int32_t *ids, int64_t n) 
     double *x = calloc((size_t)(n * D), sizeof *x), *xb = malloc((size_t)D * sizeof *xb);
     double *q = malloc((size_t)QD * sizeof *q), *att = malloc((size_t)QD * sizeof *att);
     double *kc = malloc((size_t)(n * KVD) * sizeof *kc), *vc = malloc((size_t)(n * KVD) * sizeof *vc);
-    double *tmp = malloc((size_t)(D > rm.F ? D : rm.F) * sizeof *tmp);
-    double *g = malloc((size_t)rm.F * sizeof *g), *up = malloc((size_t)rm.F * sizeof *up);
+    double *tmp = malloc((size_t)(D > FMAX ? D : FMAX) * sizeof *tmp);
+    double *g = malloc((size_t)FMAX * sizeof *g), *up = malloc((size_t)FMAX * sizeof *up);
+    double *ffo = malloc((size_t)D * sizeof *ffo), *pr = malloc((size_t)(rm.E + 1) * sizeof *pr);
     double *sc = malloc((size_t)n * sizeof *sc);
     double *logits = malloc((size_t)(n * V) * sizeof *logits);
     for (int64_t i = 0; i < n; i++) memcpy(x + i * D, emb + (int64_t)ids[i] * D, (size_t)D * sizeof *x);
@@ -312,6 +338,12 @@ static double *ref_forward(const gguf_file_t *f, const int32_t *ids, int64_t n) 
         double *wo = ref_get(f, "blk.%lld.attn_output.weight", l), *fn = ref_get(f, "blk.%lld.ffn_norm.weight", l);
         double *wg = ref_get(f, "blk.%lld.ffn_gate.weight", l), *wu = ref_get(f, "blk.%lld.ffn_up.weight", l);
         double *wd = ref_get(f, "blk.%lld.ffn_down.weight", l);
+        double *wr = ref_get(f, "blk.%lld.ffn_gate_inp.weight", l);
+        double *ge = ref_get(f, "blk.%lld.ffn_gate_exps.weight", l), *ue = ref_get(f, "blk.%lld.ffn_up_exps.weight", l);
+        double *de = ref_get(f, "blk.%lld.ffn_down_exps.weight", l);
+        double *shi = ref_get(f, "blk.%lld.ffn_gate_inp_shexp.weight", l);
+        double *shg = ref_get(f, "blk.%lld.ffn_gate_shexp.weight", l), *shu = ref_get(f, "blk.%lld.ffn_up_shexp.weight", l);
+        double *shd = ref_get(f, "blk.%lld.ffn_down_shexp.weight", l);
         double *bq = ref_get(f, "blk.%lld.attn_q.bias", l), *bk = ref_get(f, "blk.%lld.attn_k.bias", l);
         double *bv = ref_get(f, "blk.%lld.attn_v.bias", l);
         double *qn = ref_get(f, "blk.%lld.attn_q_norm.weight", l), *kn = ref_get(f, "blk.%lld.attn_k_norm.weight", l);
@@ -327,7 +359,10 @@ static double *ref_forward(const gguf_file_t *f, const int32_t *ids, int64_t n) 
                 for (int64_t j = 0; j < QD; j++) qs[i * QD + j] += bq[j];
             if (bk)
                 for (int64_t j = 0; j < KVD; j++) kc[i * KVD + j] += bk[j], vc[i * KVD + j] += bv[j];
-            if (qn) {
+            if (qn && full_qk_norm) {
+                ref_rmsnorm(qs + i * QD, qs + i * QD, qn, QD, rm.eps);
+                ref_rmsnorm(kc + i * KVD, kc + i * KVD, kn, KVD, rm.eps);
+            } else if (qn) {
                 for (int64_t h = 0; h < rm.H; h++) ref_rmsnorm(qs + i * QD + h * HD, qs + i * QD + h * HD, qn, HD, rm.eps);
                 for (int64_t h = 0; h < rm.HKV; h++)
                     ref_rmsnorm(kc + i * KVD + h * HD, kc + i * KVD + h * HD, kn, HD, rm.eps);
@@ -356,29 +391,76 @@ static double *ref_forward(const gguf_file_t *f, const int32_t *ids, int64_t n) 
             ref_mv(tmp, wo, att, D, QD);
             for (int64_t j = 0; j < D; j++) x[i * D + j] += tmp[j];
             ref_rmsnorm(xb, x + i * D, fn, D, rm.eps);
-            ref_mv(g, wg, xb, rm.F, D);
-            ref_mv(up, wu, xb, rm.F, D);
-            for (int64_t j = 0; j < rm.F; j++) g[j] = g[j] / (1.0 + exp(-g[j])) * up[j];
-            ref_mv(tmp, wd, g, D, rm.F);
-            for (int64_t j = 0; j < D; j++) x[i * D + j] += tmp[j];
+            if (!wr) {
+                ref_ffn(tmp, wg, wu, wd, xb, D, rm.F, g, up);
+                for (int64_t j = 0; j < D; j++) x[i * D + j] += tmp[j];
+                continue;
+            }
+            /* routing: softmax over all experts, the K most probable */
+            ref_mv(pr, wr, xb, rm.E, D);
+            double mx = -INFINITY, ps = 0;
+            for (int64_t e = 0; e < rm.E; e++) mx = pr[e] > mx ? pr[e] : mx;
+            for (int64_t e = 0; e < rm.E; e++) ps += (pr[e] = exp(pr[e] - mx));
+            for (int64_t e = 0; e < rm.E; e++) pr[e] /= ps;
+            int64_t sel[64];
+            double wsel[64], wsum = 0;
+            assert_true(rm.K <= 64);
+            for (int64_t r = 0; r < rm.K; r++) {
+                int64_t b = -1;
+                for (int64_t e = 0; e < rm.E; e++) {
+                    bool used = false;
+                    for (int64_t q2 = 0; q2 < r; q2++) used |= sel[q2] == e;
+                    if (!used && (b < 0 || pr[e] > pr[b])) b = e;
+                }
+                sel[r] = b, wsel[r] = pr[b], wsum += pr[b];
+            }
+            for (int64_t j = 0; j < D; j++) ffo[j] = 0;
+            for (int64_t r = 0; r < rm.K; r++) {
+                const int64_t e = sel[r], FE = rm.FE;
+                double *eg = ge, *eu = ue, *ed = de;
+                if (!ge) { /* Mixtral's per-expert tensors */
+                    char nm[96];
+                    snprintf(nm, sizeof nm, "blk.%lld.ffn_gate.%lld.weight", (long long)l, (long long)e);
+                    eg = ref_tensor(f, nm, NULL, NULL);
+                    snprintf(nm, sizeof nm, "blk.%lld.ffn_up.%lld.weight", (long long)l, (long long)e);
+                    eu = ref_tensor(f, nm, NULL, NULL);
+                    snprintf(nm, sizeof nm, "blk.%lld.ffn_down.%lld.weight", (long long)l, (long long)e);
+                    ed = ref_tensor(f, nm, NULL, NULL);
+                    assert_true(eg && eu && ed);
+                    ref_ffn(tmp, eg, eu, ed, xb, D, FE, g, up);
+                    free(eg), free(eu), free(ed);
+                } else {
+                    ref_ffn(tmp, ge + e * FE * D, ue + e * FE * D, de + e * D * FE, xb, D, FE, g, up);
+                }
+                const double w = rm.renorm ? wsel[r] / wsum : wsel[r];
+                for (int64_t j = 0; j < D; j++) ffo[j] += w * tmp[j];
+            }
+            if (shi) {
+                double sg = 0;
+                for (int64_t j = 0; j < D; j++) sg += shi[j] * xb[j];
+                ref_ffn(tmp, shg, shu, shd, xb, D, rm.FS, g, up);
+                for (int64_t j = 0; j < D; j++) ffo[j] += tmp[j] / (1.0 + exp(-sg));
+            }
+            for (int64_t j = 0; j < D; j++) x[i * D + j] += ffo[j];
         }
         free(qs);
         free(an), free(wq), free(wk), free(wv), free(wo), free(fn), free(wg), free(wu), free(wd);
         free(bq), free(bk), free(bv), free(qn), free(kn);
+        free(wr), free(ge), free(ue), free(de), free(shi), free(shg), free(shu), free(shd);
     }
     for (int64_t i = 0; i < n; i++) {
         ref_rmsnorm(xb, x + i * D, onorm, D, rm.eps);
         ref_mv(logits + i * V, outw ? outw : emb, xb, V, D);
     }
     free(x), free(xb), free(q), free(att), free(kc), free(vc), free(tmp), free(g), free(up), free(sc);
+    free(ffo), free(pr);
     free(emb), free(outw), free(onorm), free(rm.rope_fac);
     return logits;
 }
 
 /* Error of the engine's logits against the reference over all logits of a
  * 24-token sequence, relative to the reference's RMS logit: max and RMS. */
-static void arch_error(const char *shape, const char *type, int kv_f32, double *max_rel, double *rms_rel) {
-    const char *path = tu_tiny_model("model", shape, type, 1);
+static void path_error(const char *path, int kv_f32, double *max_rel, double *rms_rel) {
     model_t *m = load_ok(path);
     const int64_t n = 24, V = m->hp.n_vocab;
     int32_t ids[24];
@@ -402,6 +484,10 @@ static void arch_error(const char *shape, const char *type, int kv_f32, double *
     free(all);
     model_ctx_free(c);
     model_free(m);
+}
+
+static void arch_error(const char *shape, const char *type, int kv_f32, double *max_rel, double *rms_rel) {
+    path_error(tu_tiny_model("model", shape, type, 1), kv_f32, max_rel, rms_rel);
 }
 
 /* F32 weights and cache: the only differences are float vs double rounding
@@ -444,6 +530,44 @@ static void test_arch_llama3_rope(void **state) {
     assert_true(m->hp.has_rope_factors);
     model_free(m);
     arch_case("tiny-llama3", "llama");
+}
+
+static void test_arch_qwen3moe(void **state) {
+    (void)state;
+    arch_case("tiny-qwen3moe", "qwen3moe");
+}
+static void test_arch_qwen2moe(void **state) {
+    (void)state;
+    arch_case("tiny-qwen2moe", "qwen2moe");
+}
+static void test_arch_olmoe(void **state) {
+    (void)state;
+    arch_case("tiny-olmoe", "olmoe");
+}
+static void test_arch_mixtral(void **state) {
+    (void)state;
+    const char *path = tu_tiny_model("model", "tiny-mixtral", "f32", 1);
+    model_t *m = load_ok(path);
+    assert_int_equal(m->hp.n_expert, 4);
+    assert_int_equal(m->hp.n_expert_used, 2);
+    assert_true(m->hp.moe_norm_w);
+    model_free(m);
+    arch_case("tiny-mixtral", "llama");
+    /* the older per-expert tensors ffn_{gate,up,down}.E */
+    char split[512];
+    snprintf(split, sizeof split, "%s/test_model_files/model-tiny-mixtral-split-f32.gguf", TERN_BUILD_DIR);
+    mk_opts_t o = {.shape = "tiny-mixtral", .type = "f32", .out = split, .seed = 1, .n_threads = 1, .split_experts = true};
+    tern_error_t err = {0};
+    if (mk_model_write(&o, &err)) fail_msg("mkmodel --split-experts: %s", err.msg);
+    gguf_file_t *f = gguf_open(split, &err);
+    assert_non_null(f);
+    assert_non_null(gguf_tensor_find(f, "blk.1.ffn_down.3.weight"));
+    assert_null(gguf_tensor_find(f, "blk.1.ffn_down_exps.weight"));
+    gguf_close(f);
+    double mx, rms;
+    path_error(split, 1, &mx, &rms);
+    print_message("tiny-mixtral (per-expert tensors): f32 max %.2e rms %.2e\n", mx, rms);
+    assert_true(mx < 1e-4);
 }
 
 /* ---- errors ------------------------------------------------------------------------- */
@@ -572,6 +696,8 @@ int main(void) {
         cmocka_unit_test(test_stories_logits),     cmocka_unit_test(test_stories_prompt),
         cmocka_unit_test(test_arch_llama),         cmocka_unit_test(test_arch_qwen2),
         cmocka_unit_test(test_arch_qwen3),         cmocka_unit_test(test_arch_llama3_rope),
+        cmocka_unit_test(test_arch_qwen3moe),      cmocka_unit_test(test_arch_qwen2moe),
+        cmocka_unit_test(test_arch_olmoe),         cmocka_unit_test(test_arch_mixtral),
         cmocka_unit_test(test_llama3_rope_keys),   cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

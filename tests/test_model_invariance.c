@@ -156,10 +156,21 @@ static void test_other_shapes(void **state) {
     invariance("tiny-llama3", "q4_0");
 }
 
+/* Mixture of Experts: each architecture, in a quantized mix whose routed
+ * experts fall back to the 32-block formats (their rows are 128 long) */
+static void test_moe_shapes(void **state) {
+    (void)state;
+    invariance("tiny-qwen3moe", "q4_k_m");
+    invariance("tiny-qwen2moe", "q8_0");
+    invariance("tiny-olmoe", "q4_0");
+    invariance("tiny-mixtral", "q5_k_m");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_every_type),
         cmocka_unit_test(test_other_shapes),
+        cmocka_unit_test(test_moe_shapes),
         cmocka_unit_test(test_dispatch_count),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,163 @@
+/* test_moe_cache.c - Mixture-of-Experts models with their routed experts
+ * read through the expert cache (expert_cache.c): every logit of a prompt
+ * (blocks of tokens) and of a decode (one token at a time) is bit-identical
+ * to the run that reads the experts through the mapping, whatever the cache
+ * size (one expert, a few, all of them), the next-layer prefetch, usage
+ * pinning and the thread count; the cache's counters say what happened
+ * (misses and evictions in a small cache, hits in a full one, pinned
+ * slots after a saved usage file); a damaged usage file is ignored. */
+// ctest-label: concurrent
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "model/expert_cache.h"
+#include "model/model.h"
+
+enum { N_PROMPT = 12, N_GEN = 6 };
+
+typedef struct {
+    uint64_t slots; /* 0: no cache; else cache of that many slots */
+    bool prefetch;
+    const char *pin; /* usage file, or NULL */
+    double share;
+    int threads;
+} run_t;
+
+/* The logits of a prompt (all positions) and of N_GEN decoded tokens
+ * (fixed ids), (N_PROMPT + N_GEN) x V floats; the cache's counters. */
+static float *run(const char *path, const run_t *r, ec_stats_t *st) {
+    tern_error_t err = {0};
+    model_t *m = model_load(path, &err);
+    if (!m) fail_msg("%s: %s", path, err.msg);
+    if (r->slots) {
+        const uint64_t bytes = r->slots * ec_slot_bytes(m);
+        if (model_expert_cache(m, path, bytes, 3, r->pin, r->share, r->prefetch, &err))
+            fail_msg("expert cache: %s", err.msg);
+    }
+    const int64_t V = m->hp.n_vocab;
+    float *out = malloc((size_t)((N_PROMPT + N_GEN) * V) * sizeof *out);
+    assert_non_null(out);
+    int32_t ids[N_PROMPT + N_GEN];
+    uint64_t s = 3;
+    for (int i = 0; i < N_PROMPT + N_GEN; i++) ids[i] = (int32_t)(tu_rand(&s) % (uint64_t)V);
+    model_ctx_t *c = tu_ctx_new(m, r->threads, 64, 5, false); /* blocks of 5: three prompt blocks */
+    tu_eval_ok(c, ids, N_PROMPT, out);
+    for (int i = 0; i < N_GEN; i++) {
+        tu_eval_ok(c, ids + N_PROMPT + i, 1, NULL);
+        memcpy(out + (N_PROMPT + i) * V, model_ctx_logits(c), (size_t)V * sizeof *out);
+    }
+    memset(st, 0, sizeof *st);
+    if (m->ec) ec_stats(m->ec, st);
+    model_ctx_free(c);
+    model_free(m); /* saves the usage counts when a usage file is set */
+    return out;
+}
+
+static void same(const float *a, const float *b, int64_t n, const char *what) {
+    if (memcmp(a, b, (size_t)n * sizeof *a) != 0) {
+        int64_t i = 0;
+        while (a[i] == b[i]) i++;
+        fail_msg("%s: logit %lld differs: %.9g vs %.9g", what, (long long)i, (double)a[i], (double)b[i]);
+    }
+}
+
+static void cache_case(const char *shape, const char *type) {
+    const char *path = tu_tiny_model("moec", shape, type, 5);
+    tern_error_t err = {0};
+    model_t *m = model_load(path, &err);
+    assert_non_null(m);
+    const int64_t V = m->hp.n_vocab, n = (N_PROMPT + N_GEN) * V;
+    const uint64_t all = (uint64_t)(m->hp.n_layer * m->hp.n_expert);
+    model_free(m);
+
+    ec_stats_t st;
+    run_t base = {.threads = 2};
+    float *want = run(path, &base, &st);
+    assert_int_equal(st.n_slots, 0);
+
+    /* one slot: every expert evicts the one before */
+    run_t one = {.slots = 1, .threads = 2};
+    float *got = run(path, &one, &st);
+    same(want, got, n, "cache of 1 expert");
+    assert_int_equal(st.n_slots, 1);
+    assert_true(st.misses > 0 && st.evictions > 0);
+    free(got);
+
+    /* a few slots, with prefetch, 1 and 3 threads */
+    for (int th = 1; th <= 3; th += 2) {
+        run_t few = {.slots = 3, .prefetch = true, .threads = th};
+        got = run(path, &few, &st);
+        char what[64];
+        snprintf(what, sizeof what, "cache of 3 experts, prefetch, %d threads", th);
+        same(want, got, n, what);
+        assert_true(st.prefetched > 0);
+        assert_true(st.pred_total > 0);
+        free(got);
+    }
+
+    /* all experts: the later tokens hit */
+    run_t full = {.slots = all, .threads = 2};
+    got = run(path, &full, &st);
+    same(want, got, n, "cache of all experts");
+    assert_true(st.hits > 0);
+    assert_int_equal(st.evictions, 0);
+    free(got);
+
+    /* pinning: a first run counts and saves the uses, the second pins the
+     * hottest experts at start */
+    char pin[512];
+    snprintf(pin, sizeof pin, "%s/test_model_files/moec-%s-%d.usage", TERN_BUILD_DIR, shape, (int)getpid());
+    unlink(pin);
+    run_t counting = {.slots = 4, .pin = pin, .share = 0.5, .threads = 2};
+    got = run(path, &counting, &st);
+    same(want, got, n, "cache of 4, counting uses");
+    assert_int_equal(st.n_pinned, 0);
+    free(got);
+    assert_int_equal(access(pin, R_OK), 0);
+    got = run(path, &counting, &st);
+    same(want, got, n, "cache of 4, 2 pinned");
+    assert_int_equal(st.n_pinned, 2);
+    free(got);
+    /* a damaged usage file is ignored (no pinning), the run unchanged */
+    FILE *f = fopen(pin, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 40, SEEK_SET), 0);
+    fputc(0x5a, f);
+    fclose(f);
+    got = run(path, &counting, &st);
+    same(want, got, n, "cache of 4, damaged usage file");
+    assert_int_equal(st.n_pinned, 0);
+    free(got);
+    unlink(pin);
+    free(want);
+    print_message("%s %s: identical with caches of 1, 3 (prefetch) and %llu experts, and with pinning\n", shape, type,
+                  (unsigned long long)all);
+}
+
+static void test_qwen3moe(void **state) {
+    (void)state;
+    cache_case("tiny-qwen3moe", "q8_0");
+}
+
+static void test_qwen2moe(void **state) {
+    (void)state;
+    cache_case("tiny-qwen2moe", "q4_k_m");
+}
+
+static void test_mixtral(void **state) {
+    (void)state;
+    cache_case("tiny-mixtral", "q4_0");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_qwen3moe),
+        cmocka_unit_test(test_qwen2moe),
+        cmocka_unit_test(test_mixtral),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
