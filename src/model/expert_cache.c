@@ -317,8 +317,24 @@ static uint64_t get64(const unsigned char *p) {
     return v;
 }
 
+int ec_parse_counts(const unsigned char *b, size_t len, int64_t n_layer, int64_t n_expert, uint64_t file_size,
+                    uint32_t *counts) {
+    if (!b || n_layer <= 0 || n_expert <= 0 || n_layer > UINT32_MAX || n_expert > UINT32_MAX) return TERN_EFORMAT;
+    uint64_t n, want;
+    if (tern_mul_overflow_u64((uint64_t)n_layer, (uint64_t)n_expert, &n) || n > (UINT64_MAX - EC_HDR - 8) / 4)
+        return TERN_EFORMAT;
+    want = EC_HDR + 4 * n + 8;
+    if ((uint64_t)len != want || memcmp(b, "TERNEXPU", 8) != 0 || get32(b + 8) != 1 ||
+        get32(b + 12) != (uint32_t)n_layer || get32(b + 16) != (uint32_t)n_expert || get32(b + 20) != 0 ||
+        get64(b + 24) != file_size || get64(b + want - 8) != fnv1a(EC_FNV0, b, (size_t)(want - 8)))
+        return TERN_EFORMAT;
+    for (uint64_t i = 0; i < n; i++) counts[i] = get32(b + EC_HDR + 4 * i);
+    return 0;
+}
+
 /* The counts of path into c->counts when the file is whole and of this
- * model; false (counts left at zero) otherwise. */
+ * model; false (counts left at zero) otherwise. The length is checked
+ * against the header's before the file is read. */
 static bool load_counts(expert_cache_t *c, const char *path) {
     const uint64_t n = (uint64_t)c->n_layer * (uint64_t)c->n_expert, want = EC_HDR + 4 * n + 8;
     FILE *f = fopen(path, "rb");
@@ -327,12 +343,8 @@ static bool load_counts(expert_cache_t *c, const char *path) {
     unsigned char *b = NULL;
     struct stat sb;
     if (fstat(fileno(f), &sb) == 0 && (uint64_t)sb.st_size == want && (b = malloc((size_t)want)) &&
-        fread(b, 1, (size_t)want, f) == want && !memcmp(b, "TERNEXPU", 8) && get32(b + 8) == 1 &&
-        get32(b + 12) == (uint32_t)c->n_layer && get32(b + 16) == (uint32_t)c->n_expert &&
-        get64(b + 24) == gguf_file_size(c->m->file) && get64(b + want - 8) == fnv1a(EC_FNV0, b, (size_t)(want - 8))) {
-        for (uint64_t i = 0; i < n; i++) c->counts[i] = get32(b + EC_HDR + 4 * i);
-        ok = true;
-    }
+        fread(b, 1, (size_t)want, f) == want)
+        ok = ec_parse_counts(b, (size_t)want, c->n_layer, c->n_expert, gguf_file_size(c->m->file), c->counts) == 0;
     if (!ok) fprintf(stderr, "tern: expert usage file %s is not one of this model; no pinning from it\n", path);
     free(b);
     fclose(f);

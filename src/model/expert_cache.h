@@ -85,6 +85,12 @@ int ec_save_counts(expert_cache_t *c, tern_error_t *err);
 
 /* Score a prefetch prediction: hits of total experts chosen were hinted. */
 void ec_pred(expert_cache_t *c, uint64_t hits, uint64_t total);
+/* Parse a usage counts file (format at the top of expert_cache.c) of a
+ * model with n_layer x n_expert experts and a file of file_size bytes:
+ * counts[n_layer * n_expert] on success (0); TERN_EFORMAT for anything
+ * else (wrong length, magic, version, shape, model, checksum). */
+int ec_parse_counts(const unsigned char *b, size_t len, int64_t n_layer, int64_t n_expert, uint64_t file_size,
+                    uint32_t *counts);
 void ec_stats(const expert_cache_t *c, ec_stats_t *st);
 void ec_stats_reset(expert_cache_t *c);
 
