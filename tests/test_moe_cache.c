@@ -25,6 +25,7 @@ typedef struct {
     const char *pin; /* usage file, or NULL */
     double share;
     int threads;
+    bool per_layer;
 } run_t;
 
 /* The logits of a prompt (all positions) and of N_GEN decoded tokens
@@ -34,8 +35,12 @@ static float *run(const char *path, const run_t *r, ec_stats_t *st) {
     model_t *m = model_load(path, &err);
     if (!m) fail_msg("%s: %s", path, err.msg);
     if (r->slots) {
-        const uint64_t bytes = r->slots * ec_slot_bytes(m);
-        if (model_expert_cache(m, path, bytes, 3, r->pin, r->share, r->prefetch, &err))
+        const ec_params_t p = {.bytes = r->slots * ec_slot_bytes(m),
+                               .io_threads = 3,
+                               .pin_path = r->pin,
+                               .pin_share = r->share,
+                               .per_layer = r->per_layer};
+        if (model_expert_cache(m, path, &p, r->prefetch, &err))
             fail_msg("expert cache: %s", err.msg);
     }
     const int64_t V = m->hp.n_vocab;
@@ -98,6 +103,12 @@ static void cache_case(const char *shape, const char *type) {
         assert_true(st.pred_total > 0);
         free(got);
     }
+
+    /* per-layer LRU lists, 2 slots per layer */
+    run_t per = {.slots = 2 * (uint64_t)(all / 8 > 0 ? all / 8 : 1), .per_layer = true, .threads = 2};
+    got = run(path, &per, &st);
+    same(want, got, n, "per-layer LRU");
+    free(got);
 
     /* all experts: the later tokens hit */
     run_t full = {.slots = all, .threads = 2};

@@ -118,7 +118,13 @@ static int setup_experts(tern_model_t *tm, const char *path, const tern_model_pa
     const char *pin_path = NULL;
     if (p->expert_usage_path) pin_path = p->expert_usage_path;
     else if (usage_path(path, fsize, up, sizeof up)) pin_path = up;
-    return model_expert_cache(m, path, bytes, p->io_threads, pin_path, pin ? 0.5 : 0.0, p->expert_prefetch > 0, err);
+    const char *lru = getenv("TERN_EXPERT_LRU"); /* "layer": per-layer lists (for the A/B in PERF.md) */
+    const ec_params_t ep = {.bytes = bytes,
+                            .io_threads = p->io_threads,
+                            .pin_path = pin_path,
+                            .pin_share = pin ? 0.5 : 0.0,
+                            .per_layer = lru && !strcmp(lru, "layer")};
+    return model_expert_cache(m, path, &ep, p->expert_prefetch > 0, err);
 }
 
 tern_model_t *tern_model_load(const char *path, tern_error_t *err) { return tern_model_load_ex(path, NULL, err); }

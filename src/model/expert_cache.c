@@ -17,7 +17,10 @@
  * the slot is given to an expert), and `hot` (pinned by usage: never
  * evicted). map[layer * n_expert + e] is the slot of that expert or -1.
  * The LRU list holds exactly the READY slots with pins == 0 and !hot,
- * least recently released first; eviction takes its head.
+ * least recently released first; eviction takes its head. With per_layer,
+ * each layer has its own list and a quota of n_slots / n_layer slots: a
+ * layer takes free slots up to its quota, then evicts its own least
+ * recently used expert (global LRU is the default; PERF.md compares).
  *
  * THE CLAIM PROTOCOL. One mutex guards every slot field, the map, the LRU
  * list, the free list and the job queue; the condition variables only wake
@@ -115,7 +118,9 @@ struct expert_cache {
     int32_t *map;
     int *free_stack;
     int n_free;
-    int lru_head, lru_tail;
+    int *lru_head, *lru_tail; /* per list: one list, or one per layer (per_layer) */
+    int n_lists;
+    int *quota, *used;        /* per_layer: slots each layer may hold, and holds */
     ec_job_t *q; /* deque, capacity qcap */
     int qcap, qhead, qlen;
     pthread_mutex_t mu;
@@ -157,23 +162,28 @@ uint64_t ec_slot_bytes(const model_t *m) {
 
 /* ---- LRU, free list, queue (all under the lock) -------------------------------- */
 
+/* The LRU list of a slot's expert: its layer's with per-layer lists. */
+static int list_of(const expert_cache_t *c, int64_t key) { return c->n_lists > 1 ? (int)(key / c->n_expert) : 0; }
+
 static void lru_remove(expert_cache_t *c, int s) {
     ec_slot_t *x = &c->slots[s];
+    const int li = list_of(c, x->key);
     if (x->prev >= 0) c->slots[x->prev].next = x->next;
-    else if (c->lru_head == s) c->lru_head = x->next;
+    else if (c->lru_head[li] == s) c->lru_head[li] = x->next;
     else return; /* not on the list */
     if (x->next >= 0) c->slots[x->next].prev = x->prev;
-    else c->lru_tail = x->prev;
+    else c->lru_tail[li] = x->prev;
     x->prev = x->next = -1;
 }
 
 static void lru_push(expert_cache_t *c, int s) {
     ec_slot_t *x = &c->slots[s];
-    x->prev = c->lru_tail;
+    const int li = list_of(c, x->key);
+    x->prev = c->lru_tail[li];
     x->next = -1;
-    if (c->lru_tail >= 0) c->slots[c->lru_tail].next = s;
-    else c->lru_head = s;
-    c->lru_tail = s;
+    if (c->lru_tail[li] >= 0) c->slots[c->lru_tail[li]].next = s;
+    else c->lru_head[li] = s;
+    c->lru_tail[li] = s;
 }
 
 static void q_push(expert_cache_t *c, int s, bool front) {
@@ -189,16 +199,35 @@ static void q_push(expert_cache_t *c, int s, bool front) {
     pthread_cond_signal(&c->cv_job);
 }
 
-/* A slot for a new expert: a free one, else the least recently used
- * evictable one (its expert leaves the map). -1 when there is none. */
-static int take_slot(expert_cache_t *c) {
-    if (c->n_free > 0) return c->free_stack[--c->n_free];
-    const int s = c->lru_head;
-    if (s < 0) return -1;
-    lru_remove(c, s);
-    c->map[c->slots[s].key] = -1;
-    c->st.evictions++;
+/* A slot for a new expert of layer l: a free one, else the least recently
+ * used evictable one (its expert leaves the map); with per-layer lists, a
+ * free one only while the layer holds less than its quota, else one of the
+ * layer's own. -1 when there is none. */
+static int take_slot(expert_cache_t *c, int64_t l) {
+    const int li = c->n_lists > 1 ? (int)l : 0;
+    int s;
+    if (c->n_free > 0 && (c->n_lists == 1 || c->used[li] < c->quota[li])) {
+        s = c->free_stack[--c->n_free];
+    } else {
+        s = c->lru_head[li];
+        if (s < 0) return -1;
+        lru_remove(c, s);
+        c->map[c->slots[s].key] = -1;
+        if (c->n_lists > 1) c->used[list_of(c, c->slots[s].key)]--;
+        c->st.evictions++;
+    }
+    if (c->n_lists > 1) c->used[li]++;
     return s;
+}
+
+/* A slot back on the free list (its read failed and nobody waits). */
+static void free_slot(expert_cache_t *c, int s) {
+    ec_slot_t *x = &c->slots[s];
+    c->map[x->key] = -1;
+    if (c->n_lists > 1) c->used[list_of(c, x->key)]--;
+    x->key = -1;
+    x->state = S_EMPTY;
+    c->free_stack[c->n_free++] = s;
 }
 
 static void assign(expert_cache_t *c, int s, int64_t key, int pins, bool front) {
@@ -276,12 +305,7 @@ static void *worker_main(void *arg) {
             x->ex = ex;
             x->state = rc ? S_FAILED : S_READY;
             if (x->state == S_READY && x->pins == 0 && !x->hot) lru_push(c, j.slot);
-            if (x->state == S_FAILED && x->pins == 0 && !x->hot) { /* nobody waits: free it */
-                c->map[x->key] = -1;
-                x->key = -1;
-                x->state = S_EMPTY;
-                c->free_stack[c->n_free++] = j.slot;
-            }
+            if (x->state == S_FAILED && x->pins == 0 && !x->hot) free_slot(c, j.slot); /* nobody waits */
         }
         pthread_cond_broadcast(&c->cv_ready);
     }
@@ -413,7 +437,6 @@ expert_cache_t *ec_new(const model_t *m, const char *path, const ec_params_t *p,
     c->fd = -1;
     c->n_layer = m->hp.n_layer;
     c->n_expert = m->hp.n_expert;
-    c->lru_head = c->lru_tail = -1;
     part_sizes(m, c->part);
     c->slot_bytes = c->part[0] + c->part[1] + c->part[2];
     const uint64_t total = (uint64_t)c->n_layer * (uint64_t)c->n_expert;
@@ -453,13 +476,24 @@ expert_cache_t *ec_new(const model_t *m, const char *path, const ec_params_t *p,
      * a hint, a retry after a failed read */
     c->qcap = 3 * (int)ns + 1;
     c->q = malloc((size_t)c->qcap * sizeof *c->q);
-    if (!c->mem || !c->slots || !c->map || !c->free_stack || !c->q) {
+    c->n_lists = p->per_layer && c->n_slots >= c->n_layer ? (int)c->n_layer : 1;
+    c->lru_head = malloc((size_t)c->n_lists * sizeof *c->lru_head);
+    c->lru_tail = malloc((size_t)c->n_lists * sizeof *c->lru_tail);
+    c->quota = calloc((size_t)c->n_lists, sizeof *c->quota);
+    c->used = calloc((size_t)c->n_lists, sizeof *c->used);
+    if (!c->mem || !c->slots || !c->map || !c->free_stack || !c->q || !c->lru_head || !c->lru_tail || !c->quota ||
+        !c->used) {
         tern_err(err, TERN_ENOMEM, "expert cache: out of memory for %d slots of %llu bytes", c->n_slots,
                  (unsigned long long)c->slot_bytes);
         ec_free(c);
         return NULL;
     }
     for (uint64_t i = 0; i < total; i++) c->map[i] = -1;
+    for (int i = 0; i < c->n_lists; i++) {
+        c->lru_head[i] = c->lru_tail[i] = -1;
+        /* per layer: an equal share of the slots, the remainder to the first layers */
+        c->quota[i] = c->n_slots / c->n_lists + (i < c->n_slots % c->n_lists);
+    }
     for (int s = 0; s < c->n_slots; s++) {
         c->slots[s] = (ec_slot_t){.key = -1, .prev = -1, .next = -1};
         c->free_stack[c->n_free++] = c->n_slots - 1 - s;
@@ -486,8 +520,8 @@ expert_cache_t *ec_new(const model_t *m, const char *path, const ec_params_t *p,
             int n_hot = (int)(p->pin_share * c->n_slots);
             if (n_hot > c->n_slots) n_hot = c->n_slots;
             for (int i = 0; i < n_hot && c->counts[order[i]] > 0; i++) {
-                const int s = take_slot(c);
-                if (s < 0) break;
+                const int s = take_slot(c, order[i] / c->n_expert);
+                if (s < 0) continue;
                 assign(c, s, order[i], 0, false);
                 c->slots[s].hot = true;
                 c->slots[s].hinted = false;
@@ -529,6 +563,10 @@ void ec_free(expert_cache_t *c) {
     free(c->map);
     free(c->free_stack);
     free(c->q);
+    free(c->lru_head);
+    free(c->lru_tail);
+    free(c->quota);
+    free(c->used);
     free(c->counts);
     free(c->pin_path);
     pthread_cond_destroy(&c->cv_job);
@@ -566,7 +604,7 @@ ec_status_t ec_get(expert_cache_t *c, int64_t l, int64_t e, int *slot) {
             }
             st = EC_PENDING;
         }
-    } else if ((s = take_slot(c)) >= 0) {
+    } else if ((s = take_slot(c, l)) >= 0) {
         assign(c, s, key, 1, true);
         c->st.misses++;
         st = EC_PENDING;
@@ -609,10 +647,7 @@ void ec_put(expert_cache_t *c, int slot) {
         if (x->state == S_READY) {
             lru_push(c, slot);
         } else if (x->state == S_FAILED) {
-            c->map[x->key] = -1;
-            x->key = -1;
-            x->state = S_EMPTY;
-            c->free_stack[c->n_free++] = slot;
+            free_slot(c, slot);
         }
     }
     pthread_mutex_unlock(&c->mu);
@@ -622,7 +657,7 @@ void ec_hint(expert_cache_t *c, int64_t l, int64_t e) {
     const int64_t key = l * c->n_expert + e;
     pthread_mutex_lock(&c->mu);
     if (c->map[key] < 0) {
-        const int s = take_slot(c);
+        const int s = take_slot(c, l);
         if (s >= 0) {
             assign(c, s, key, 0, false);
             c->st.prefetched++;

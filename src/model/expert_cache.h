@@ -27,12 +27,13 @@
 
 typedef struct expert_cache expert_cache_t;
 
-typedef struct {
+typedef struct ec_params {
     uint64_t bytes;     /* capacity (rounded down to whole slots; at least one slot) */
     int io_threads;     /* <= 0: EC_DEFAULT_IO_THREADS */
     bool no_direct;     /* plain reads even where O_DIRECT works (tests) */
     const char *pin_path; /* usage counts file (NULL: no pinning) */
     double pin_share;   /* share of the slots the hottest experts may hold pinned (0: none) */
+    bool per_layer;     /* one LRU list and an equal quota of slots per layer (default: one global LRU) */
 } ec_params_t;
 
 #define EC_DEFAULT_IO_THREADS 8

@@ -531,11 +531,9 @@ model_t *model_load(const char *path, tern_error_t *err) {
     return model_load_gguf(f, err);
 }
 
-int model_expert_cache(model_t *m, const char *path, uint64_t cache_bytes, int io_threads, const char *pin_path,
-                       double pin_share, bool prefetch, tern_error_t *err) {
+int model_expert_cache(model_t *m, const char *path, const ec_params_t *p, bool prefetch, tern_error_t *err) {
     if (!m || m->hp.n_expert <= 0) return tern_err(err, TERN_EINVAL, "expert cache: the model has no experts");
-    ec_params_t p = {.bytes = cache_bytes, .io_threads = io_threads, .pin_path = pin_path, .pin_share = pin_share};
-    expert_cache_t *ec = ec_new(m, path, &p, err);
+    expert_cache_t *ec = ec_new(m, path, p, err);
     if (!ec) return err ? err->code : TERN_EIO;
     ec_free(m->ec);
     m->ec = ec;

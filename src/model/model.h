@@ -125,14 +125,13 @@ model_t *model_load(const char *path, tern_error_t *err);
 model_t *model_load_gguf(gguf_file_t *f, tern_error_t *err);
 void model_free(model_t *m);
 
-/* Mixture of Experts: read the routed experts through a cache of
- * cache_bytes (expert_cache.h) instead of the file's mapping; path is the
- * file m was loaded from; io_threads <= 0: the default; pin_path (may be
- * NULL): usage counts for pinning, pin_share of the slots at most;
- * prefetch: hint the next layer's likely experts. Call before any context
- * runs. TERN_EINVAL for a dense model. */
-int model_expert_cache(model_t *m, const char *path, uint64_t cache_bytes, int io_threads, const char *pin_path,
-                       double pin_share, bool prefetch, tern_error_t *err);
+/* Mixture of Experts: read the routed experts through a cache
+ * (expert_cache.h: ec_params_t says its size, I/O threads, pinning and
+ * eviction) instead of the file's mapping; path is the file m was loaded
+ * from; prefetch: hint the next layer's likely experts. Call before any
+ * context runs. TERN_EINVAL for a dense model. */
+struct ec_params;
+int model_expert_cache(model_t *m, const char *path, const struct ec_params *p, bool prefetch, tern_error_t *err);
 /* Bytes of memory available to this process now (MemAvailable; 0 if unknown). */
 uint64_t model_mem_available(void);
 
