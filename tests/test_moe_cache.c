@@ -9,6 +9,7 @@
 // ctest-label: concurrent
 #include "testutil.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +150,58 @@ static void cache_case(const char *shape, const char *type) {
                   (unsigned long long)all);
 }
 
+/* Two contexts of one model decode at the same time through a cache of one
+ * expert (each waits for the other to put the slot back): both get the
+ * logits of the mapped run. */
+typedef struct {
+    model_t *m;
+    float *out;
+} peer_t;
+
+static void *peer_main(void *arg) {
+    peer_t *p = arg;
+    const int64_t V = p->m->hp.n_vocab;
+    int32_t ids[N_PROMPT + N_GEN];
+    uint64_t s = 3;
+    for (int i = 0; i < N_PROMPT + N_GEN; i++) ids[i] = (int32_t)(tu_rand(&s) % (uint64_t)V);
+    model_ctx_t *c = tu_ctx_new(p->m, 1, 64, 5, false);
+    tu_eval_ok(c, ids, N_PROMPT, p->out);
+    for (int i = 0; i < N_GEN; i++) {
+        tu_eval_ok(c, ids + N_PROMPT + i, 1, NULL);
+        memcpy(p->out + (N_PROMPT + i) * V, model_ctx_logits(c), (size_t)V * sizeof *p->out);
+    }
+    model_ctx_free(c);
+    return NULL;
+}
+
+static void test_shared_cache(void **state) {
+    (void)state;
+    const char *path = tu_tiny_model("moec", "tiny-qwen3moe", "q8_0", 5);
+    ec_stats_t st;
+    run_t base = {.threads = 1};
+    float *want = run(path, &base, &st);
+    tern_error_t err = {0};
+    model_t *m = model_load(path, &err);
+    assert_non_null(m);
+    const ec_params_t p = {.bytes = ec_slot_bytes(m), .io_threads = 2};
+    assert_int_equal(model_expert_cache(m, path, &p, false, &err), 0);
+    const int64_t n = (N_PROMPT + N_GEN) * m->hp.n_vocab;
+    peer_t peers[2];
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++) {
+        peers[i] = (peer_t){m, malloc((size_t)n * sizeof(float))};
+        assert_non_null(peers[i].out);
+        assert_int_equal(pthread_create(&th[i], NULL, peer_main, &peers[i]), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        same(want, peers[i].out, n, "two contexts sharing a cache of one expert");
+        free(peers[i].out);
+    }
+    model_free(m);
+    free(want);
+}
+
 static void test_qwen3moe(void **state) {
     (void)state;
     cache_case("tiny-qwen3moe", "q8_0");
@@ -169,6 +222,7 @@ int main(void) {
         cmocka_unit_test(test_qwen3moe),
         cmocka_unit_test(test_qwen2moe),
         cmocka_unit_test(test_mixtral),
+        cmocka_unit_test(test_shared_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -637,6 +637,16 @@ int ec_wait(expert_cache_t *c, int slot, tern_error_t *err) {
     return 0;
 }
 
+void ec_wait_slot(expert_cache_t *c, int64_t l) {
+    const int li = c->n_lists > 1 ? (int)l : 0;
+    pthread_mutex_lock(&c->mu);
+    const uint64_t t0 = tern_now_ns();
+    while (!(c->n_free > 0 && (c->n_lists == 1 || c->used[li] < c->quota[li])) && c->lru_head[li] < 0)
+        pthread_cond_wait(&c->cv_ready, &c->mu);
+    c->st.wait_ns += tern_now_ns() - t0;
+    pthread_mutex_unlock(&c->mu);
+}
+
 const model_expert_t *ec_expert(const expert_cache_t *c, int slot) { return &c->slots[slot].ex; }
 
 void ec_put(expert_cache_t *c, int slot) {
@@ -649,6 +659,7 @@ void ec_put(expert_cache_t *c, int slot) {
         } else if (x->state == S_FAILED) {
             free_slot(c, slot);
         }
+        pthread_cond_broadcast(&c->cv_ready); /* ec_wait_slot */
     }
     pthread_mutex_unlock(&c->mu);
 }

@@ -73,6 +73,9 @@ bool ec_ready(expert_cache_t *c, int slot);
  * (then ec_put it; the next ec_get retries). */
 int ec_wait(expert_cache_t *c, int slot, tern_error_t *err);
 /* The matrices of a pinned, loaded slot. */
+/* Block until a slot for an expert of layer l could be had (another user
+ * of the cache put one back): after EC_NOSLOT with nothing pinned. */
+void ec_wait_slot(expert_cache_t *c, int64_t l);
 const model_expert_t *ec_expert(const expert_cache_t *c, int slot);
 void ec_put(expert_cache_t *c, int slot);
 /* Start loading expert e of layer l if it is not cached and a slot can be

@@ -409,7 +409,10 @@ static int moe_cached(model_ctx_t *c, const model_tok_t *t, int64_t n, const mod
         if (ready == 0) {
             int i = 0;
             while (i < na && st[i] != 1) i++;
-            TERN_CHECK(i < na); /* something is pinned: a slot was free or evictable */
+            if (i == na) { /* nothing pinned: other users of the cache hold every slot */
+                ec_wait_slot(ec, l);
+                continue;
+            }
             if ((rc = ec_wait(ec, slot[i], err))) break;
             st[i] = 2;
         }
