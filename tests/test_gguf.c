@@ -360,6 +360,34 @@ static void test_nested_array_copy(void **state) {
     free(b.p);
 }
 
+/* A file larger than this machine's memory opens (the Mixture-of-Experts
+ * models tern streams from disk): a small valid file extended to 48 GiB by a
+ * sparse hole after its data (no disk space used). Opening must not ask for
+ * memory in proportion to the file's length. */
+static void test_larger_than_memory(void **state) {
+    (void)state;
+    tern_error_t err = {0};
+    gguf_writer_t *w = gguf_writer_new(32);
+    const float data[32] = {1, 2, 3};
+    const int64_t ne[2] = {32, 1};
+    assert_int_equal(gguf_w_str(w, "general.architecture", "llama"), 0);
+    assert_int_equal(gguf_w_tensor(w, "t.weight", TYPE_F32, 2, ne, data, sizeof data), 0);
+    const char *path = tmp_path("huge");
+    assert_int_equal(gguf_writer_write(w, path, &err), 0);
+    gguf_writer_free(w);
+    assert_int_equal(truncate(path, (off_t)48 << 30), 0);
+    gguf_file_t *f = gguf_open(path, &err);
+    if (!f) fail_msg("a 48 GiB file: %s", err.msg);
+    assert_int_equal(gguf_file_size(f), (uint64_t)48 << 30);
+    const gguf_tensor_t *t = gguf_tensor_find(f, "t.weight");
+    assert_non_null(t);
+    assert_memory_equal(t->data, data, sizeof data);
+    assert_true(gguf_file_offset(f, t->data) > 0);
+    assert_int_equal(gguf_file_offset(f, data), -1);
+    gguf_close(f);
+    unlink(path);
+}
+
 /* Many keys and tensors in no particular order: every one is found by name,
  * names that are absent are not. */
 static void test_many_names(void **state) {
@@ -977,7 +1005,7 @@ int main(void) {
         cmocka_unit_test(test_shared_files),
         cmocka_unit_test(test_stories_facts),       cmocka_unit_test(test_hostile_table),
         cmocka_unit_test(test_truncation_everywhere), cmocka_unit_test(test_random_corruption),
-        cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_open_errors),          cmocka_unit_test(test_larger_than_memory),
         cmocka_unit_test(test_rewrite_llamacpp_files_identical),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -102,7 +102,8 @@ struct gguf_file {
     int64_t n_tensors;
     struct gguf_kv *kv;
     gguf_tensor_t *tensors;
-    char *arena; /* keys and tensor names, NUL-terminated */
+    char *arena; /* keys and tensor names, NUL-terminated (mmap'ed, arena_len bytes) */
+    size_t arena_len;
     const uint8_t **str_ptrs; /* element pointers of all string arrays */
     /* Indices sorted by key / name: duplicate detection and lookup by binary
      * search. Not a hash table: keys are attacker-chosen, and colliding keys
@@ -471,7 +472,13 @@ static int parse(gguf_file_t *f, tern_error_t *err) {
      * the counts were bounded above, names and keys by the bytes they occupy. */
     f->kv = calloc(n_kv ? n_kv : 1, sizeof *f->kv);
     f->tensors = calloc(n_tensors ? n_tensors : 1, sizeof *f->tensors);
-    f->arena = malloc(f->len + (size_t)(n_kv + n_tensors) + 1);
+    /* The arena is bounded by the file's length (every name and key is
+     * copied from it) but uses a few KB: reserve address space only
+     * (MAP_NORESERVE), so a file larger than memory does not ask for that
+     * much memory up front. */
+    f->arena_len = f->len + (size_t)(n_kv + n_tensors) + 1;
+    f->arena = mmap(NULL, f->arena_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (f->arena == MAP_FAILED) f->arena = NULL;
     f->kv_sorted = malloc(sizeof(int64_t) * (size_t)(n_kv ? n_kv : 1));
     f->t_sorted = malloc(sizeof(int64_t) * (size_t)(n_tensors ? n_tensors : 1));
     if (!f->kv || !f->tensors || !f->arena || !f->kv_sorted || !f->t_sorted)
@@ -632,7 +639,7 @@ void gguf_close(gguf_file_t *f) {
     free(f->owned);
     free(f->kv);
     free(f->tensors);
-    free(f->arena);
+    if (f->arena) munmap(f->arena, f->arena_len);
     free(f->str_ptrs);
     free(f->kv_sorted);
     free(f->t_sorted);
