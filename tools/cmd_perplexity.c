@@ -42,7 +42,7 @@ int cmd_perplexity(int argc, char **argv) {
     struct timespec ts_start;
     clock_gettime(CLOCK_MONOTONIC, &ts_start);
     tern_error_t err = {0};
-    tern_model_t *m = run_load_model(o.model);
+    tern_model_t *m = run_load_model(&o, "perplexity");
     if (!m) return 1;
     int rc = 1;
     char *text = NULL;

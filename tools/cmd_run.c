@@ -99,7 +99,7 @@ int cmd_run(int argc, char **argv) {
     if (prc) return prc == 1 ? 0 : 2;
     double t0 = now_ms();
     tern_error_t err = {0};
-    tern_model_t *m = run_load_model(o.model);
+    tern_model_t *m = run_load_model(&o, "run");
     if (!m) return 1;
     int rc = 1;
     tern_context_t *c = NULL;
@@ -270,7 +270,7 @@ int cmd_chat(int argc, char **argv) {
     if (prc) return prc == 1 ? 0 : 2;
     double t0 = now_ms();
     tern_error_t err = {0};
-    tern_model_t *m = run_load_model(o.model);
+    tern_model_t *m = run_load_model(&o, "chat");
     if (!m) return 1;
     int rc = 1;
     tern_context_t *c = NULL;

@@ -41,6 +41,7 @@ static void usage(const char *cmd, FILE *out) {
             "                            not evaluated, and FILE is extended with what was evaluated\n"
             "  --profile                 per-op time split with the timings\n",
             strcmp(cmd, "perplexity") ? "the model's, capped to fit memory" : "512");
+    model_args_usage(out, 0, 28);
     if (strcmp(cmd, "perplexity"))
         fprintf(out,
                 "sampling (applied in this order: penalties, top-k, top-p, min-p, temperature):\n"
@@ -82,7 +83,11 @@ int run_opts_parse(run_opts_t *o, int argc, char **argv, const char *cmd) {
     o->n_batch = 512;
     o->sp = tern_sampler_default_params();
     if (!strcmp(cmd, "perplexity")) o->n_ctx = 512;
+    model_args_init(&o->ma);
     for (int i = 1; i < argc; i++) {
+        const int mr = model_args_take(&o->ma, cmd, argc, argv, &i);
+        if (mr < 0) return 2;
+        if (mr > 0) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define IS(x) (!strcmp(a, x))
@@ -281,9 +286,4 @@ void run_print_timings(const tern_model_t *m, const tern_context_t *c, const run
     }
 }
 
-tern_model_t *run_load_model(const char *path) {
-    tern_error_t err = {0};
-    tern_model_t *m = tern_model_load(path, &err);
-    if (!m) fprintf(stderr, "tern: %s\n", err.msg);
-    return m;
-}
+tern_model_t *run_load_model(const run_opts_t *o, const char *cmd) { return model_args_load(o->model, &o->ma, cmd); }

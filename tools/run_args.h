@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "model_args.h"
 #include "tern.h"
 
 typedef struct {
@@ -25,6 +26,7 @@ typedef struct {
     int logits_digest; /* run: print a hash of every logit vector sampled from */
     int seed_given;
     const char *session; /* run, chat: session file (prompt cache), or NULL */
+    model_args_t ma;     /* how the model is loaded (the expert cache) */
     tern_sampler_params_t sp;
 } run_opts_t;
 
@@ -33,8 +35,9 @@ typedef struct {
  * 2 on a bad option (message printed). */
 int run_opts_parse(run_opts_t *o, int argc, char **argv, const char *cmd);
 
-/* Load a model, printing the error on stderr when it fails (NULL then). */
-tern_model_t *run_load_model(const char *path);
+/* Load o->model with o->ma's settings, printing the error on stderr when it
+ * fails (NULL then); cmd names the subcommand in the message. */
+tern_model_t *run_load_model(const run_opts_t *o, const char *cmd);
 
 /* Read a whole file into a malloc'd NUL-terminated buffer; NULL with a
  * message on stderr. */
