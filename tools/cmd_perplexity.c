@@ -128,7 +128,7 @@ int cmd_perplexity(int argc, char **argv) {
         printf("Final estimate: PPL = %.4f (no error estimate: zero variance)\n", ppl);
     clock_gettime(CLOCK_MONOTONIC, &ts1);
     run_print_timings(m, c, &o,
-                      (double)(ts1.tv_sec - ts_start.tv_sec) * 1e3 + (double)(ts1.tv_nsec - ts_start.tv_nsec) / 1e6);
+                      (double)(ts1.tv_sec - ts_start.tv_sec) * 1e3 + (double)(ts1.tv_nsec - ts_start.tv_nsec) / 1e6, NULL);
     rc = 0;
 out:
     free(text);
