@@ -79,6 +79,7 @@ typedef struct {
     int io_threads;
     int active, direct, n_slots, n_pinned; /* the cache as loaded (active 0: through the mapping) */
     uint64_t cache_bytes, slot_bytes;
+    uint64_t expert_bytes;  /* all routed experts of the file */
     int dropped;            /* the file's pages were dropped from the page cache before the load */
     /* warm: the -r repetitions after the warm-up */
     double hit_rate, gb_tok, io_gbps, wait_share, pred;
@@ -562,10 +563,10 @@ static void print_ec_rows(const bench_opts_t *o, const row_t *rows, int n, const
                        (unsigned long long)r->bytes_per_token, r->weights_gbps, r->roofline_pct, r->dispatches_per_token);
             printf(", \"expert_cache\": \"");
             json_str(e->setting);
-            printf("\", \"cache_active\": %s, \"cache_bytes\": %llu, \"cache_gib\": %.4f, \"cache_slots\": %d, "
-                   "\"slot_bytes\": %llu, \"pinned_slots\": %d, \"direct_io\": %s, \"prefetch\": %s, \"pin\": %s, "
-                   "\"io_threads\": %d, \"page_cache_dropped\": %s",
-                   e->active ? "true" : "false", (unsigned long long)e->cache_bytes,
+            printf("\", \"expert_bytes\": %llu, \"cache_active\": %s, \"cache_bytes\": %llu, \"cache_gib\": %.4f, "
+                   "\"cache_slots\": %d, \"slot_bytes\": %llu, \"pinned_slots\": %d, \"direct_io\": %s, \"prefetch\": %s, "
+                   "\"pin\": %s, \"io_threads\": %d, \"page_cache_dropped\": %s",
+                   (unsigned long long)e->expert_bytes, e->active ? "true" : "false", (unsigned long long)e->cache_bytes,
                    (double)e->cache_bytes / 1073741824.0, e->n_slots, (unsigned long long)e->slot_bytes, e->n_pinned,
                    e->direct ? "true" : "false", e->prefetch ? "true" : "false", e->pin ? "true" : "false",
                    e->io_threads, e->dropped ? "true" : "false");
@@ -966,6 +967,7 @@ static tern_model_t *ec_load(const bench_opts_t *o, const char *path, const ec_m
     er->prefetch = pf > 0;
     er->pin = pn > 0;
     er->io_threads = o->io_threads > 0 ? o->io_threads : 8;
+    er->expert_bytes = em->expert_bytes;
     er->dropped = bench_drop_page_cache(path) == 0;
     tern_error_t err = {0};
     tern_model_t *m = tern_model_load_ex(path, &p, &err);
