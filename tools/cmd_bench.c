@@ -35,8 +35,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cmds.h"
+#include "disk_probe.h"
+#include "model_args.h"
 #include "probe.h"
 #include "tern.h"
 
@@ -59,7 +62,35 @@ typedef struct {
     const char *out; /* md, csv, json */
     double probe_mb;
     int profile;
+    /* --expert-cache and friends: a row per setting (cache x prefetch x pin) */
+    ma_cache_t caches[MAX_LIST];
+    int n_caches;
+    ilist_t prefetch, pin; /* 0/1 each; n == 0: the library's default */
+    int io_threads;        /* 0: the library's default (8) */
+    double disk_s;         /* seconds per disk probe pattern; 0: no probe */
+    int ec_mode;           /* any of the three lists given */
 } bench_opts_t;
+
+/* What an expert-cache row adds (ec.on set). NAN: does not apply. */
+typedef struct {
+    int on;
+    char setting[24];       /* as given: "25%", "mmap", "auto" ("-" for a dense model) */
+    int prefetch, pin;      /* as loaded, 0 or 1 */
+    int io_threads;
+    int active, direct, n_slots, n_pinned; /* the cache as loaded (active 0: through the mapping) */
+    uint64_t cache_bytes, slot_bytes;
+    uint64_t expert_bytes;  /* all routed experts of the file */
+    int dropped;            /* the file's pages were dropped from the page cache before the load */
+    /* warm: the -r repetitions after the warm-up */
+    double hit_rate, gb_tok, io_gbps, wait_share, pred;
+    /* cold: the first repetition right after the load (tg rows of the first length) */
+    double cold_tok_s, cold_hit_rate, cold_gb_tok, cold_io_gbps, cold_wait_share;
+    /* the disk probe of the model's file, and the row against it */
+    int disk_ok, disk_direct, disk_readers;
+    uint64_t disk_read_bytes;
+    double disk_seq_gbps, disk_rand_gbps;
+    double roof_tok_s, roof_pct, compute_ms, io_ms;
+} ec_row_t;
 
 typedef struct {
     char model[128], type[32];
@@ -76,6 +107,7 @@ typedef struct {
     int n_seq, n_prompt, n_steps;
     double tok_s_seq, tok_s_seq_sd; /* tok_s, tok_s_sd: all sequences together */
     double speedup;                 /* tok_s / that of the n_seq 1 row; NAN: no such row */
+    ec_row_t ec;
 } row_t;
 
 static double now_s(void) {
@@ -126,6 +158,17 @@ static void usage(FILE *out) {
             "                         call with N entries are timed; t/s of all sequences, per\n"
             "                         sequence, and the speedup over N = 1 (include 1 in LIST)\n",
             NP_PROMPT_DEFAULT);
+    model_args_usage(out, 1, 25);
+    fprintf(out,
+            "  --disk-probe-s S       seconds of each disk probe pattern (default 3; 0: no probe)\n"
+            "With --expert-cache (or the prefetch or pin lists), each row is one setting at one thread\n"
+            "count, the model loaded again for it (the cache lives per load), the file's pages dropped\n"
+            "from the page cache first; tg rows add a cold rate (the first repetition right after the\n"
+            "load) and the cache's figures over the repetitions (hit rate, GB read per token, I/O GB/s,\n"
+            "share of the time waiting on reads, prefetch prediction). The header gives the disk under\n"
+            "the file: sequential 8 MiB O_DIRECT reads, one reader, and the expert cache's pattern\n"
+            "(reads of one expert slot at random offsets, --io-threads readers); each row's I/O\n"
+            "roofline is that pattern's GB/s / GB read per token. Not with -np.\n");
 }
 
 static int parse_opts(bench_opts_t *o, int argc, char **argv) {
@@ -139,6 +182,7 @@ static int parse_opts(bench_opts_t *o, int argc, char **argv) {
     o->tg.v[0] = 128;
     o->threads.n = 1;
     o->threads.v[0] = tern_threads_default(NULL, 0);
+    o->disk_s = 3;
     static char *model_arg; /* strtok'd in place: keeps the pointers valid */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -206,6 +250,53 @@ static int parse_opts(bench_opts_t *o, int argc, char **argv) {
                 fprintf(stderr, "tern bench: --probe-mb wants 1..65536\n");
                 return 2;
             }
+        } else if (IS("--expert-cache")) {
+            char *dup = strdup(v), *save = NULL;
+            if (!dup) return 2;
+            o->n_caches = 0;
+            for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (o->n_caches == MAX_LIST) {
+                    fprintf(stderr, "tern bench: %s: at most %d settings\n", a, MAX_LIST);
+                    free(dup);
+                    return 2;
+                }
+                if (model_args_parse_cache(t, "bench", a, &o->caches[o->n_caches++])) {
+                    free(dup);
+                    return 2;
+                }
+            }
+            free(dup);
+            if (o->n_caches == 0) {
+                fprintf(stderr, "tern bench: %s: empty list\n", a);
+                return 2;
+            }
+        } else if (IS("--expert-prefetch") || IS("--expert-pin")) {
+            ilist_t *l = IS("--expert-pin") ? &o->pin : &o->prefetch;
+            char *dup = strdup(v), *save = NULL;
+            if (!dup) return 2;
+            l->n = 0;
+            for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (l->n == MAX_LIST || model_args_parse_onoff(t, "bench", a, &l->v[l->n])) {
+                    if (l->n == MAX_LIST) fprintf(stderr, "tern bench: %s: at most %d values\n", a, MAX_LIST);
+                    free(dup);
+                    return 2;
+                }
+                l->n++;
+            }
+            free(dup);
+            if (l->n == 0) {
+                fprintf(stderr, "tern bench: %s: empty list\n", a);
+                return 2;
+            }
+        } else if (IS("--io-threads")) {
+            if (model_args_parse_io_threads(v, "bench", a, &o->io_threads)) return 2;
+        } else if (IS("--disk-probe-s")) {
+            char *end;
+            o->disk_s = strtod(v, &end);
+            if (end == v || *end || !(o->disk_s >= 0 && o->disk_s <= 600)) {
+                fprintf(stderr, "tern bench: --disk-probe-s wants seconds from 0 to 600, got '%s'\n", v);
+                return 2;
+            }
         } else if (IS("--check")) {
             o->check = atoi(v);
             if (o->check < 0 || o->check > 4096) {
@@ -223,6 +314,15 @@ static int parse_opts(bench_opts_t *o, int argc, char **argv) {
         return 2;
     }
     if (o->np.n && !o->pp_set) o->pp.v[0] = NP_PROMPT_DEFAULT;
+    o->ec_mode = o->n_caches || o->prefetch.n || o->pin.n;
+    if (o->ec_mode && o->np.n) {
+        fprintf(stderr, "tern bench: --expert-cache, --expert-prefetch and --expert-pin rows do not combine with -np\n");
+        return 2;
+    }
+    if (o->ec_mode && !o->n_caches) {
+        o->n_caches = 1;
+        model_args_parse_cache("auto", "bench", "--expert-cache", &o->caches[0]);
+    }
     return 0;
 }
 
@@ -417,7 +517,165 @@ static void print_np_rows(const bench_opts_t *o, const row_t *rows, int n, const
     }
 }
 
+/* ---- the expert rows' table ---- */
+
+/* A number or, for NAN, "-" (md), "" (csv), null (json). */
+static void md_num(const char *fmt, double v) {
+    if (isnan(v)) printf(" - |");
+    else {
+        putchar(' ');
+        printf(fmt, v);
+        printf(" |");
+    }
+}
+static void csv_num(const char *fmt, double v) {
+    putchar(',');
+    if (!isnan(v)) printf(fmt, v);
+}
+static void json_num(const char *key, const char *fmt, double v) {
+    printf(", \"%s\": ", key);
+    if (isnan(v)) printf("null");
+    else printf(fmt, v);
+}
+
+/* "25% (0.40 GiB, 3 slots)", "mmap", "auto (mapped)", "-" (dense). */
+static void ec_cache_cell(const ec_row_t *e, char *out, size_t cap) {
+    if (!e->active) {
+        snprintf(out, cap, "%s%s", e->setting, strcmp(e->setting, "auto") ? "" : " (mapped)");
+        return;
+    }
+    const double gib = (double)e->cache_bytes / 1073741824.0;
+    if (gib >= 0.1) snprintf(out, cap, "%s (%.2f GiB, %d slots)", e->setting, gib, e->n_slots);
+    else snprintf(out, cap, "%s (%.1f MiB, %d slots)", e->setting, gib * 1024, e->n_slots);
+}
+
+static void print_ec_rows(const bench_opts_t *o, const row_t *rows, int n, const double *probe, const ilist_t *th) {
+    if (!strcmp(o->out, "json")) {
+        printf("[\n");
+        for (int i = 0; i < n; i++) {
+            const row_t *r = &rows[i];
+            const ec_row_t *e = &r->ec;
+            json_row_head(r);
+            printf("\"tok_s\": %.3f, \"tok_s_sd\": %.3f, \"probe_gbps\": %.2f", r->tok_s, r->tok_s_sd, r->probe_gbps);
+            if (r->is_tg)
+                printf(", \"weight_bytes_per_token\": %llu, \"weights_gbps\": %.2f, \"roofline_pct\": %.1f, "
+                       "\"dispatches_per_token\": %.1f",
+                       (unsigned long long)r->bytes_per_token, r->weights_gbps, r->roofline_pct, r->dispatches_per_token);
+            printf(", \"expert_cache\": \"");
+            json_str(e->setting);
+            printf("\", \"expert_bytes\": %llu, \"cache_active\": %s, \"cache_bytes\": %llu, \"cache_gib\": %.4f, "
+                   "\"cache_slots\": %d, \"slot_bytes\": %llu, \"pinned_slots\": %d, \"direct_io\": %s, \"prefetch\": %s, "
+                   "\"pin\": %s, \"io_threads\": %d, \"page_cache_dropped\": %s",
+                   (unsigned long long)e->expert_bytes, e->active ? "true" : "false", (unsigned long long)e->cache_bytes,
+                   (double)e->cache_bytes / 1073741824.0, e->n_slots, (unsigned long long)e->slot_bytes, e->n_pinned,
+                   e->direct ? "true" : "false", e->prefetch ? "true" : "false", e->pin ? "true" : "false",
+                   e->io_threads, e->dropped ? "true" : "false");
+            json_num("hit_rate", "%.4f", e->hit_rate);
+            json_num("gb_per_token", "%.6g", e->gb_tok);
+            json_num("io_gbps", "%.4f", e->io_gbps);
+            json_num("io_wait_share", "%.4f", e->wait_share);
+            json_num("prediction_accuracy", "%.4f", e->pred);
+            json_num("tok_s_cold", "%.3f", e->cold_tok_s);
+            json_num("cold_hit_rate", "%.4f", e->cold_hit_rate);
+            json_num("cold_gb_per_token", "%.6g", e->cold_gb_tok);
+            json_num("cold_io_gbps", "%.4f", e->cold_io_gbps);
+            json_num("cold_io_wait_share", "%.4f", e->cold_wait_share);
+            printf(", \"disk_direct\": %s", e->disk_ok ? (e->disk_direct ? "true" : "false") : "null");
+            json_num("disk_seq_gbps", "%.4f", e->disk_ok ? e->disk_seq_gbps : NAN);
+            json_num("disk_rand_gbps", "%.4f", e->disk_ok ? e->disk_rand_gbps : NAN);
+            json_num("disk_read_bytes", "%.0f", e->disk_ok ? (double)e->disk_read_bytes : NAN);
+            json_num("disk_readers", "%.0f", e->disk_ok ? (double)e->disk_readers : NAN);
+            json_num("io_roofline_tok_s", "%.3f", e->roof_tok_s);
+            json_num("io_roofline_pct", "%.2f", e->roof_pct);
+            json_num("compute_ms_per_token", "%.4f", e->compute_ms);
+            json_num("io_ms_per_token", "%.4f", e->io_ms);
+            printf("}%s\n", i + 1 < n ? "," : "");
+        }
+        printf("]\n");
+        return;
+    }
+    if (!strcmp(o->out, "csv")) {
+        printf("model,type,size_bytes,params,threads,expert_cache,cache_active,cache_bytes,cache_slots,pinned_slots,"
+               "direct_io,prefetch,pin,io_threads,test,tok_s,tok_s_sd,tok_s_cold,hit_rate,gb_per_token,io_gbps,"
+               "io_wait_share,prediction_accuracy,cold_hit_rate,cold_gb_per_token,cold_io_gbps,cold_io_wait_share,"
+               "disk_seq_gbps,disk_rand_gbps,io_roofline_tok_s,io_roofline_pct,compute_ms_per_token,io_ms_per_token\n");
+        for (int i = 0; i < n; i++) {
+            const row_t *r = &rows[i];
+            const ec_row_t *e = &r->ec;
+            printf("%s,%s,%llu,%llu,%d,%s,%d,%llu,%d,%d,%d,%d,%d,%d,%s,%.3f,%.3f", r->model, r->type,
+                   (unsigned long long)r->size, (unsigned long long)r->params, r->threads, e->setting, e->active,
+                   (unsigned long long)e->cache_bytes, e->n_slots, e->n_pinned, e->direct, e->prefetch, e->pin,
+                   e->io_threads, r->test, r->tok_s, r->tok_s_sd);
+            csv_num("%.3f", e->cold_tok_s);
+            csv_num("%.4f", e->hit_rate);
+            csv_num("%.6g", e->gb_tok);
+            csv_num("%.4f", e->io_gbps);
+            csv_num("%.4f", e->wait_share);
+            csv_num("%.4f", e->pred);
+            csv_num("%.4f", e->cold_hit_rate);
+            csv_num("%.6g", e->cold_gb_tok);
+            csv_num("%.4f", e->cold_io_gbps);
+            csv_num("%.4f", e->cold_wait_share);
+            csv_num("%.4f", e->disk_ok ? e->disk_seq_gbps : NAN);
+            csv_num("%.4f", e->disk_ok ? e->disk_rand_gbps : NAN);
+            csv_num("%.3f", e->roof_tok_s);
+            csv_num("%.2f", e->roof_pct);
+            csv_num("%.4f", e->compute_ms);
+            csv_num("%.4f", e->io_ms);
+            printf("\n");
+        }
+        return;
+    }
+    print_header(o, probe, th);
+    for (int i = 0; i < n; i++) {
+        const row_t *r = &rows[i];
+        if (i > 0 && rows[i - 1].mi == r->mi) continue;
+        const ec_row_t *e = &r->ec;
+        if (e->disk_ok)
+            printf("disk under %s (%s reads): sequential (%u MiB reads, 1 reader) %.2f GB/s; the expert cache's pattern "
+                   "(%.0f KiB reads at random offsets, %d readers) %.2f GB/s\n",
+                   r->model, e->disk_direct ? "O_DIRECT" : "buffered", BENCH_DISK_SEQ_CHUNK >> 20, e->disk_seq_gbps,
+                   (double)e->disk_read_bytes / 1024.0, e->disk_readers, e->disk_rand_gbps);
+        else
+            printf("disk under %s: not probed\n", r->model);
+    }
+    printf("\nEach row loads the model again with its setting, after dropping the file's pages from the page cache "
+           "(posix_fadvise DONTNEED). cold: the first tg repetition right after the load; t/s and the I/O columns: the "
+           "repetitions after a warm-up run. Rows with a cache count its reads; rows through the mapping (mmap) count "
+           "the process's storage reads (/proc/self/io). I/O roofline: the pattern's GB/s / GB read per token; compute "
+           "ms/token: time per token not spent waiting on reads; I/O ms/token: the token's reads at the pattern's "
+           "rate.\n\n");
+    printf("| model | threads | cache | prefetch | pin | test | t/s | t/s cold | hit rate | GB read/token | I/O GB/s | "
+           "I/O wait | prediction | I/O roofline t/s | %% of I/O roofline | compute ms/token | I/O ms/token |\n");
+    printf("|---|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (int i = 0; i < n; i++) {
+        const row_t *r = &rows[i];
+        const ec_row_t *e = &r->ec;
+        char cell[96];
+        ec_cache_cell(e, cell, sizeof cell);
+        printf("| %s | %d | %s | %s | %s | %s | %.2f ± %.2f |", r->model, r->threads, cell,
+               !e->active ? "-" : e->prefetch ? "on" : "off",
+               !e->active ? "-" : e->pin ? (e->n_pinned ? "on" : "on (none yet)") : "off", r->test, r->tok_s,
+               r->tok_s_sd);
+        md_num("%.2f", e->cold_tok_s);
+        md_num("%.1f%%", 100 * e->hit_rate);
+        md_num("%.3g", e->gb_tok);
+        md_num("%.2f", e->io_gbps);
+        md_num("%.1f%%", 100 * e->wait_share);
+        md_num("%.1f%%", 100 * e->pred);
+        md_num("%.1f", e->roof_tok_s);
+        md_num("%.1f%%", e->roof_pct);
+        md_num("%.3f", e->compute_ms);
+        md_num("%.3f", e->io_ms);
+        printf("\n");
+    }
+}
+
 static void print_rows(const bench_opts_t *o, const row_t *rows, int n, const double *probe, const ilist_t *th) {
+    if (o->ec_mode) {
+        print_ec_rows(o, rows, n, probe, th);
+        return;
+    }
     if (o->np.n) {
         print_np_rows(o, rows, n, probe, th);
         return;
@@ -564,6 +822,320 @@ static int np_tests(const bench_opts_t *o, int mi, const tern_model_t *m, tern_c
     return 0;
 }
 
+/* ---- expert-cache rows (--expert-cache, --expert-prefetch, --expert-pin) ---- */
+
+/* read_bytes of /proc/self/io: what this process had read from storage,
+ * page faults of the mapping included; -1 where the kernel does not say. */
+static int64_t proc_read_bytes(void) {
+    FILE *f = fopen("/proc/self/io", "r");
+    if (!f) return -1;
+    char line[128];
+    long long v = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "read_bytes: %lld", &v) == 1) break;
+    fclose(f);
+    return v;
+}
+
+/* The counters before and after a measured stretch. */
+typedef struct {
+    tern_expert_stats_t es;
+    int64_t proc;
+} io_mark_t;
+
+static void io_mark(const tern_model_t *m, io_mark_t *k) {
+    tern_model_expert_stats(m, &k->es);
+    k->proc = proc_read_bytes();
+}
+
+/* The I/O of a stretch of secs seconds (evaluation time) and tokens tokens
+ * between marks a and b: with a cache, its counters; through the mapping,
+ * the process's storage reads. NAN: does not apply or is not known. */
+typedef struct {
+    double hit_rate, gb_tok, io_gbps, wait_share, wait_s, pred;
+} io_fig_t;
+
+static io_fig_t io_figures(const io_mark_t *a, const io_mark_t *b, double secs, double tokens) {
+    io_fig_t f = {NAN, NAN, NAN, NAN, NAN, NAN};
+    double bytes;
+    if (b->es.active) {
+        const double hits = (double)(b->es.hits - a->es.hits), asked = hits + (double)(b->es.misses - a->es.misses);
+        if (asked > 0) f.hit_rate = hits / asked;
+        const double pt = (double)(b->es.pred_total - a->es.pred_total);
+        if (pt > 0) f.pred = (double)(b->es.pred_hits - a->es.pred_hits) / pt;
+        f.wait_s = (double)(b->es.wait_ns - a->es.wait_ns) / 1e9;
+        if (secs > 0) f.wait_share = f.wait_s / secs;
+        bytes = (double)(b->es.bytes_read - a->es.bytes_read);
+    } else if (a->proc >= 0 && b->proc >= a->proc) {
+        bytes = (double)(b->proc - a->proc);
+    } else {
+        return f;
+    }
+    if (tokens > 0) f.gb_tok = bytes / 1e9 / tokens;
+    if (secs > 0) f.io_gbps = bytes / 1e9 / secs;
+    return f;
+}
+
+/* What the expert rows of one model share. */
+typedef struct {
+    uint64_t expert_bytes; /* routed experts of the file (0: dense) */
+    uint64_t slot_bytes;   /* one slot of its cache */
+    int disk_ok;
+    bench_disk_t disk;
+    char usage[4096];      /* the usage counts file of this run (--expert-pin) */
+} ec_model_t;
+
+static int ec_n_settings(const bench_opts_t *o) {
+    return o->n_caches * (o->prefetch.n ? o->prefetch.n : 1) * (o->pin.n ? o->pin.n : 1);
+}
+
+/* Setting si: cache index, prefetch and pin (-1: the default). */
+static void ec_setting(const bench_opts_t *o, int si, int *ci, int *pf, int *pn) {
+    const int npf = o->prefetch.n ? o->prefetch.n : 1, npn = o->pin.n ? o->pin.n : 1;
+    *pn = o->pin.n ? o->pin.v[si % npn] : -1;
+    *pf = o->prefetch.n ? o->prefetch.v[si / npn % npf] : -1;
+    *ci = si / (npn * npf);
+}
+
+/* Whether setting si is the first prefetch and pin combination of its
+ * cache setting: the only one run through the mapping (no cache, nothing
+ * for prefetch or pinning to change). */
+static int ec_first_combo(const bench_opts_t *o, int si) {
+    const int npf = o->prefetch.n ? o->prefetch.n : 1, npn = o->pin.n ? o->pin.n : 1;
+    return si % (npf * npn) == 0;
+}
+
+/* Before a model's expert rows: its expert bytes (a load that only maps
+ * it), its slot size (a load with a one-slot cache, which reads nothing),
+ * and the disk probe of its file. The usage counts go to a file of this
+ * run's own (usage_dir), not to the user's: pinning in a later row uses the
+ * counts of the earlier rows. */
+static int ec_model_prepare(const bench_opts_t *o, const char *path, int mi, const char *usage_dir, ec_model_t *em) {
+    memset(em, 0, sizeof *em);
+    snprintf(em->usage, sizeof em->usage, "%s/model%d.usage", usage_dir, mi);
+    tern_error_t err = {0};
+    if (model_args_expert_bytes(path, &em->expert_bytes, &err)) {
+        fprintf(stderr, "tern bench: %s\n", err.msg);
+        return -1;
+    }
+    if (!em->expert_bytes) return 0;
+    tern_model_params_t p = tern_model_default_params();
+    p.expert_cache_bytes = 1; /* one slot */
+    p.io_threads = 1;
+    p.expert_usage_path = em->usage;
+    tern_model_t *m = tern_model_load_ex(path, &p, &err);
+    if (!m) {
+        fprintf(stderr, "tern bench: %s\n", err.msg);
+        return -1;
+    }
+    tern_expert_stats_t st;
+    tern_model_expert_stats(m, &st);
+    em->slot_bytes = st.slot_bytes;
+    tern_model_free(m);
+    if (o->disk_s > 0) {
+        char msg[512];
+        const int readers = o->io_threads > 0 ? o->io_threads : 8;
+        fprintf(stderr, "tern bench: disk probe on %s: sequential reads, then %d readers of one slot (%.1f s each)\n",
+                base_name(path), readers, o->disk_s);
+        if (bench_disk_probe(path, em->slot_bytes, readers, o->disk_s, &em->disk, msg, sizeof msg) == 0) {
+            em->disk_ok = 1;
+            fprintf(stderr, "tern bench: disk under %s (%s): sequential %.2f GB/s, slot reads %.2f GB/s\n",
+                    base_name(path), em->disk.direct ? "O_DIRECT" : "buffered", em->disk.seq_gbps, em->disk.rand_gbps);
+        } else {
+            fprintf(stderr, "tern bench: %s (the rows go without an I/O roofline)\n", msg);
+        }
+    }
+    return 0;
+}
+
+/* Load path for setting si: the file's pages dropped from the page cache
+ * first (so the first repetition reads from the disk, also through the
+ * mapping), then loaded with the setting; *er describes the row. NULL with
+ * a message on failure. */
+static tern_model_t *ec_load(const bench_opts_t *o, const char *path, const ec_model_t *em, int si, ec_row_t *er) {
+    int ci, pf, pn;
+    ec_setting(o, si, &ci, &pf, &pn);
+    tern_model_params_t p = tern_model_default_params();
+    p.expert_cache_bytes = model_args_cache_bytes(&o->caches[ci], em->expert_bytes);
+    p.expert_prefetch = pf;
+    p.expert_pin = pn;
+    p.io_threads = o->io_threads;
+    p.expert_usage_path = em->usage;
+    memset(er, 0, sizeof *er);
+    er->on = 1;
+    snprintf(er->setting, sizeof er->setting, "%s", em->expert_bytes ? o->caches[ci].text : "-");
+    er->prefetch = pf > 0;
+    er->pin = pn > 0;
+    er->io_threads = o->io_threads > 0 ? o->io_threads : 8;
+    er->expert_bytes = em->expert_bytes;
+    er->dropped = bench_drop_page_cache(path) == 0;
+    tern_error_t err = {0};
+    tern_model_t *m = tern_model_load_ex(path, &p, &err);
+    if (!m) {
+        fprintf(stderr, "tern bench: %s\n", err.msg);
+        return NULL;
+    }
+    tern_expert_stats_t st;
+    tern_model_expert_stats(m, &st);
+    er->active = st.active;
+    er->direct = st.direct;
+    er->n_slots = st.n_slots;
+    er->n_pinned = st.n_pinned;
+    er->cache_bytes = st.cache_bytes;
+    er->slot_bytes = st.slot_bytes;
+    er->disk_ok = em->disk_ok;
+    if (em->disk_ok) {
+        er->disk_direct = em->disk.direct;
+        er->disk_readers = em->disk.readers;
+        er->disk_read_bytes = em->disk.read_bytes;
+        er->disk_seq_gbps = em->disk.seq_gbps;
+        er->disk_rand_gbps = em->disk.rand_gbps;
+    }
+    return m;
+}
+
+/* The cold repetition of the expert rows. */
+typedef struct {
+    int n; /* tokens (the first tg length); 0: none was run */
+    double tok_s;
+    io_fig_t f;
+} ec_cold_t;
+
+/* Right after the load: one tg repetition of the first tg length, timed,
+ * with its I/O (since the load: pinned experts queued at the load count). */
+static int ec_cold_run(const bench_opts_t *o, const tern_model_t *m, tern_context_t *c, const int32_t *ids,
+                       ec_cold_t *cold, tern_error_t *err) {
+    memset(cold, 0, sizeof *cold);
+    for (int k = 0; k < o->tg.n && !cold->n; k++) cold->n = o->tg.v[k];
+    if (!cold->n) return 0;
+    io_mark_t a, b;
+    io_mark(m, &a);
+    memset(&a.es, 0, sizeof a.es); /* the counters since the load */
+    double secs;
+    if (run_test(c, ids, cold->n, 1, &secs, err)) return -1;
+    io_mark(m, &b);
+    cold->tok_s = cold->n / secs;
+    cold->f = io_figures(&a, &b, secs, cold->n);
+    return 0;
+}
+
+/* A row's I/O roofline against the disk probe's pattern: the fastest decode
+ * the disk allows for the bytes it reads per token, the row's share of
+ * it, compute time per token (what is not waiting on reads) and the time
+ * the token's reads take at the pattern's rate. */
+static void ec_roofline(row_t *r, double secs, double tokens, double wait_s) {
+    ec_row_t *e = &r->ec;
+    e->roof_tok_s = e->roof_pct = e->io_ms = e->compute_ms = NAN;
+    const double rate = e->disk_ok ? e->disk_rand_gbps : 0;
+    if (!isnan(e->gb_tok) && rate > 0) {
+        e->io_ms = e->gb_tok / rate * 1e3;
+        if (e->gb_tok > 0) {
+            e->roof_tok_s = rate / e->gb_tok;
+            e->roof_pct = 100.0 * r->tok_s / e->roof_tok_s;
+        }
+    }
+    if (tokens > 0 && !isnan(wait_s)) e->compute_ms = (secs - wait_s) / tokens * 1e3;
+    else if (tokens > 0 && e->gb_tok == 0) e->compute_ms = secs / tokens * 1e3; /* through the mapping, nothing read */
+}
+
+/* The pp and tg rows of one context: per length, a warm-up run, then -r
+ * timed repetitions. Expert rows (er) also take the I/O over the
+ * repetitions, and the tg row of the cold run's length its cold figures. */
+static int pptg_tests(const bench_opts_t *o, int mi, tern_model_t *m, tern_context_t *c, int ti, double probe_gbps,
+                      void *pbuf, size_t probe_bytes, const int32_t *ids, double *secs, double *pass, double *pct,
+                      const ec_row_t *er, const ec_cold_t *cold, row_t *rows, int *n_rows) {
+    tern_error_t err = {0};
+    for (int kind = 0; kind < 2; kind++) {
+        const ilist_t *l = kind ? &o->tg : &o->pp;
+        for (int k = 0; k < l->n; k++) {
+            int n = l->v[k];
+            if (n == 0) continue;
+            double warm;
+            if (run_test(c, ids, n, kind, &warm, &err)) {
+                fprintf(stderr, "tern bench: %s\n", err.msg);
+                return -1;
+            }
+            tern_context_timings_reset(c);
+            io_mark_t ia, ib;
+            io_mark(m, &ia);
+            double total = 0;
+            for (int r = 0; r < o->reps; r++) {
+                pass[r] = kind && pbuf ? bench_probe_pass_gbps(o->threads.v[ti], pbuf, probe_bytes) : -1.0;
+                if (run_test(c, ids, n, kind, &secs[r], &err)) {
+                    fprintf(stderr, "tern bench: %s\n", err.msg);
+                    return -1;
+                }
+                total += secs[r];
+            }
+            io_mark(m, &ib);
+            double *tps = secs; /* converted in place */
+            for (int r = 0; r < o->reps; r++) tps[r] = n / secs[r];
+            row_t *row = &rows[(*n_rows)++];
+            row_init(row, o->models[mi], mi, m, c);
+            row->is_tg = kind;
+            snprintf(row->test, sizeof row->test, "%s%d", kind ? "tg" : "pp", n);
+            mean_sd(tps, o->reps, &row->tok_s, &row->tok_s_sd);
+            row->probe_gbps = probe_gbps;
+            if (kind) {
+                tern_timings_t t;
+                tern_context_timings(c, &t);
+                row->weights_gbps = row->tok_s * (double)row->bytes_per_token / 1e9;
+                row->roofline_pct = probe_gbps > 0 ? 100.0 * row->weights_gbps / probe_gbps : 0;
+                row->probe_now_gbps = row->roofline_pct_now = NAN;
+                int np = 0;
+                for (int r = 0; r < o->reps; r++)
+                    if (pass[r] > 0) pct[np++] = 100.0 * tps[r] * (double)row->bytes_per_token / 1e9 / pass[r];
+                if (np == o->reps) {
+                    row->roofline_pct_now = bench_median(pct, np);
+                    row->probe_now_gbps = bench_median(pass, np);
+                }
+                row->dispatches_per_token = t.n_gen ? (double)t.gen_dispatches / (double)t.n_gen : 0;
+                if (o->profile) {
+                    tern_profile_t p;
+                    tern_context_profile(c, &p);
+                    double tot = (double)(p.qkv + p.attn + p.wo + p.ffn_up + p.ffn_down + p.output + p.small);
+                    if (tot <= 0) tot = 1;
+                    fprintf(stderr,
+                            "tern bench: profile %s t=%d %s: qkv %.1f%%, attention %.1f%%, o %.1f%%, gate/up "
+                            "%.1f%%, down %.1f%%, output %.1f%%, small ops %.1f%% (%.3f ms/token)\n",
+                            row->model, row->threads, row->test, 100 * p.qkv / tot, 100 * p.attn / tot,
+                            100 * p.wo / tot, 100 * p.ffn_up / tot, 100 * p.ffn_down / tot, 100 * p.output / tot,
+                            100 * p.small / tot, p.n_tokens ? tot / 1e6 / (double)p.n_tokens : 0.0);
+                }
+            }
+            fprintf(stderr, "tern bench: %s t=%d", row->model, row->threads);
+            if (er) {
+                const double tokens = (double)o->reps * n;
+                const io_fig_t f = io_figures(&ia, &ib, total, tokens);
+                row->ec = *er;
+                row->ec.hit_rate = f.hit_rate;
+                row->ec.gb_tok = f.gb_tok;
+                row->ec.io_gbps = f.io_gbps;
+                row->ec.wait_share = f.wait_share;
+                row->ec.pred = f.pred;
+                row->ec.cold_tok_s = row->ec.cold_hit_rate = row->ec.cold_gb_tok = row->ec.cold_io_gbps =
+                    row->ec.cold_wait_share = NAN;
+                if (kind && cold->n == n) {
+                    row->ec.cold_tok_s = cold->tok_s;
+                    row->ec.cold_hit_rate = cold->f.hit_rate;
+                    row->ec.cold_gb_tok = cold->f.gb_tok;
+                    row->ec.cold_io_gbps = cold->f.io_gbps;
+                    row->ec.cold_wait_share = cold->f.wait_share;
+                }
+                ec_roofline(row, total, tokens, f.wait_s);
+                fprintf(stderr, " expert cache %s", er->setting);
+                if (o->prefetch.n && er->active) fprintf(stderr, " prefetch %s", er->prefetch ? "on" : "off");
+                if (o->pin.n && er->active) fprintf(stderr, " pin %s", er->pin ? "on" : "off");
+            }
+            fprintf(stderr, " %s: %.2f ± %.2f tok/s", row->test, row->tok_s, row->tok_s_sd);
+            if (er && !isnan(row->ec.cold_tok_s)) fprintf(stderr, ", cold %.2f tok/s", row->ec.cold_tok_s);
+            if (er && !isnan(row->ec.hit_rate)) fprintf(stderr, ", hit rate %.1f%%", 100 * row->ec.hit_rate);
+            fprintf(stderr, "\n");
+        }
+    }
+    return 0;
+}
+
 int cmd_bench_model(int argc, char **argv) {
     bench_opts_t o;
     int prc = parse_opts(&o, argc, argv);
@@ -602,7 +1174,23 @@ int cmd_bench_model(int argc, char **argv) {
     void *pbuf = bench_big_alloc(probe_bytes);
     if (!pbuf) fprintf(stderr, "tern bench: no %.0f MiB for the paired probe passes\n", o.probe_mb);
 
-    const int max_rows = o.n_models * o.threads.n * (o.np.n ? o.pp.n * o.tg.n * o.np.n : o.pp.n + o.tg.n);
+    const int max_rows = o.n_models * o.threads.n * (o.np.n ? o.pp.n * o.tg.n * o.np.n : o.pp.n + o.tg.n) *
+                         (o.ec_mode ? ec_n_settings(&o) : 1);
+    /* Loads of the plain rows: the defaults, with --io-threads. */
+    model_args_t plain;
+    model_args_init(&plain);
+    plain.io_threads = o.io_threads;
+    /* Expert rows: the usage counts of this run, in a folder of its own. */
+    char usage_dir[4096] = "";
+    if (o.ec_mode) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(usage_dir, sizeof usage_dir, "%s/tern-bench-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+        if (!mkdtemp(usage_dir)) {
+            fprintf(stderr, "tern bench: cannot make a folder %s: %s\n", usage_dir, strerror(errno));
+            bench_big_free(pbuf, probe_bytes);
+            return 1;
+        }
+    }
     row_t *rows = calloc((size_t)max_rows, sizeof *rows);
     int32_t *ids = malloc((size_t)max_n * sizeof *ids);
     np_buf_t nb = {0};
@@ -622,134 +1210,121 @@ int cmd_bench_model(int argc, char **argv) {
     }
     for (int mi = 0; mi < o.n_models && rc == 0; mi++) {
         tern_error_t err = {0};
-        tern_model_t *m = tern_model_load(o.models[mi], &err);
-        if (!m) {
-            fprintf(stderr, "tern bench: %s\n", err.msg);
+        const char *path = o.models[mi];
+        ec_model_t em;
+        if (o.ec_mode && ec_model_prepare(&o, path, mi, usage_dir, &em)) {
             rc = 1;
             break;
         }
-        fill_tokens(ids, max_n, tern_model_n_vocab(m), 42);
-        for (int s = 0; s < max_np; s++) /* -np: a prompt of its own per sequence */
-            fill_tokens(nb.prompts + (size_t)s * nb.pp_stride, nb.pp_stride, tern_model_n_vocab(m), 1000 + (uint64_t)s);
+        /* A dense model takes the expert options and ignores them: one setting. */
+        const int n_set = o.ec_mode && em.expert_bytes ? ec_n_settings(&o) : 1;
+        if (o.ec_mode && !em.expert_bytes)
+            fprintf(stderr, "tern bench: %s is a dense model: the expert options do not apply to it\n", base_name(path));
+        tern_model_t *m = NULL;
         int32_t *greedy_ref = NULL;
-        int greedy_same = 1;
-        for (int ti = 0; ti < o.threads.n && rc == 0; ti++) {
-            tern_context_params_t cp = tern_context_default_params();
-            cp.n_threads = o.threads.v[ti];
-            cp.n_ctx = max_n + 1;
-            if (o.np.n) {
-                cp.n_ctx = (int32_t)np_ctx;
-                cp.n_seq_max = max_np;
-                cp.kv_block = np_kv_block;
+        int greedy_same = 1, n_greedy = 0;
+        for (int si = 0; si < n_set && rc == 0; si++) {
+            if (o.ec_mode && !ec_first_combo(&o, si)) {
+                int ci, pf, pn;
+                ec_setting(&o, si, &ci, &pf, &pn);
+                if (o.caches[ci].kind == MA_CACHE_MMAP) continue;
             }
-            cp.n_batch = o.n_batch;
-            cp.kv_f32 = o.kv_f32;
-            cp.profile = o.profile;
-            tern_context_t *c = tern_context_create(m, &cp, &err);
-            if (!c) {
-                fprintf(stderr, "tern bench: %s\n", err.msg);
-                rc = 1;
-                break;
-            }
-            if (tern_context_note(c)[0]) fprintf(stderr, "tern bench: %s\n", tern_context_note(c));
-            if (o.np.n && np_tests(&o, mi, m, c, probe[ti], pbuf, probe_bytes, &nb, secs, pass, pct, rows, &n_rows))
-                rc = 1;
-            for (int kind = 0; kind < 2 && rc == 0 && !o.np.n; kind++) {
-                const ilist_t *l = kind ? &o.tg : &o.pp;
-                for (int k = 0; k < l->n && rc == 0; k++) {
-                    int n = l->v[k];
-                    if (n == 0) continue;
-                    double warm;
-                    if (run_test(c, ids, n, kind, &warm, &err)) {
-                        fprintf(stderr, "tern bench: %s\n", err.msg);
+            for (int ti = 0; ti < o.threads.n && rc == 0; ti++) {
+                ec_row_t er = {0};
+                if (!m) {
+                    /* Once per model, or (expert rows) once per row: the cache lives per load. */
+                    m = o.ec_mode ? ec_load(&o, path, &em, si, &er) : model_args_load(path, &plain, "bench");
+                    if (!m) {
                         rc = 1;
                         break;
                     }
-                    tern_context_timings_reset(c);
-                    for (int r = 0; r < o.reps && rc == 0; r++) {
-                        pass[r] = kind && pbuf ? bench_probe_pass_gbps(o.threads.v[ti], pbuf, probe_bytes) : -1.0;
-                        if (run_test(c, ids, n, kind, &secs[r], &err)) {
+                    if (o.ec_mode && !er.active && !ec_first_combo(&o, si)) { /* auto, through the mapping */
+                        tern_model_free(m);
+                        m = NULL;
+                        break;
+                    }
+                    fill_tokens(ids, max_n, tern_model_n_vocab(m), 42);
+                    for (int s = 0; s < max_np; s++) /* -np: a prompt of its own per sequence */
+                        fill_tokens(nb.prompts + (size_t)s * nb.pp_stride, nb.pp_stride, tern_model_n_vocab(m),
+                                    1000 + (uint64_t)s);
+                }
+                tern_context_params_t cp = tern_context_default_params();
+                cp.n_threads = o.threads.v[ti];
+                cp.n_ctx = max_n + 1;
+                if (o.np.n) {
+                    cp.n_ctx = (int32_t)np_ctx;
+                    cp.n_seq_max = max_np;
+                    cp.kv_block = np_kv_block;
+                }
+                cp.n_batch = o.n_batch;
+                cp.kv_f32 = o.kv_f32;
+                cp.profile = o.profile;
+                tern_context_t *c = tern_context_create(m, &cp, &err);
+                if (!c) {
+                    fprintf(stderr, "tern bench: %s\n", err.msg);
+                    rc = 1;
+                    break;
+                }
+                if (tern_context_note(c)[0]) fprintf(stderr, "tern bench: %s\n", tern_context_note(c));
+                /* Expert rows: the cold rate, the first tg repetition right after the load. */
+                ec_cold_t cold = {0};
+                if (o.ec_mode && ec_cold_run(&o, m, c, ids, &cold, &err)) {
+                    fprintf(stderr, "tern bench: %s\n", err.msg);
+                    rc = 1;
+                }
+                if (rc == 0 && o.np.n &&
+                    np_tests(&o, mi, m, c, probe[ti], pbuf, probe_bytes, &nb, secs, pass, pct, rows, &n_rows))
+                    rc = 1;
+                if (rc == 0 && !o.np.n &&
+                    pptg_tests(&o, mi, m, c, ti, probe[ti], pbuf, probe_bytes, ids, secs, pass, pct,
+                               o.ec_mode ? &er : NULL, &cold, rows, &n_rows))
+                    rc = 1;
+                if (rc == 0 && o.check > 0) {
+                    /* Greedy from token ids[0], compared across thread counts (and expert settings:
+                     * the cache does not change the logits either). */
+                    int32_t *g = malloc((size_t)o.check * sizeof *g);
+                    if (!g || tern_context_truncate(c, 0, &err)) rc = 1;
+                    int32_t tok = ids[0];
+                    for (int i = 0; rc == 0 && i < o.check; i++) {
+                        if (tern_eval(c, &tok, 1, NULL, &err)) {
                             fprintf(stderr, "tern bench: %s\n", err.msg);
                             rc = 1;
+                            break;
+                        }
+                        const float *lg = tern_get_logits(c);
+                        int32_t best = 0;
+                        for (int32_t v = 1; v < tern_model_n_vocab(m); v++)
+                            if (lg[v] > lg[best]) best = v;
+                        g[i] = tok = best;
+                    }
+                    if (rc == 0) {
+                        fprintf(stderr, "tern bench: %s t=%d", base_name(path), tern_context_threads(c));
+                        if (o.ec_mode) fprintf(stderr, " expert cache %s", er.setting);
+                        fprintf(stderr, " greedy tokens:");
+                        for (int i = 0; i < o.check; i++) fprintf(stderr, " %d", g[i]);
+                        fprintf(stderr, "\n");
+                        n_greedy++;
+                        if (!greedy_ref) {
+                            greedy_ref = g;
+                            g = NULL;
+                        } else if (memcmp(greedy_ref, g, (size_t)o.check * sizeof *g) != 0) {
+                            greedy_same = 0;
                         }
                     }
-                    if (rc) break;
-                    double *tps = secs; /* converted in place */
-                    for (int r = 0; r < o.reps; r++) tps[r] = n / secs[r];
-                    row_t *row = &rows[n_rows++];
-                    row_init(row, o.models[mi], mi, m, c);
-                    row->is_tg = kind;
-                    snprintf(row->test, sizeof row->test, "%s%d", kind ? "tg" : "pp", n);
-                    mean_sd(tps, o.reps, &row->tok_s, &row->tok_s_sd);
-                    row->probe_gbps = probe[ti];
-                    if (kind) {
-                        tern_timings_t t;
-                        tern_context_timings(c, &t);
-                        row->weights_gbps = row->tok_s * (double)row->bytes_per_token / 1e9;
-                        row->roofline_pct = probe[ti] > 0 ? 100.0 * row->weights_gbps / probe[ti] : 0;
-                        row->probe_now_gbps = row->roofline_pct_now = NAN;
-                        int np = 0;
-                        for (int r = 0; r < o.reps; r++)
-                            if (pass[r] > 0) pct[np++] = 100.0 * tps[r] * (double)row->bytes_per_token / 1e9 / pass[r];
-                        if (np == o.reps) {
-                            row->roofline_pct_now = bench_median(pct, np);
-                            row->probe_now_gbps = bench_median(pass, np);
-                        }
-                        row->dispatches_per_token = t.n_gen ? (double)t.gen_dispatches / (double)t.n_gen : 0;
-                        if (o.profile) {
-                            tern_profile_t p;
-                            tern_context_profile(c, &p);
-                            double tot = (double)(p.qkv + p.attn + p.wo + p.ffn_up + p.ffn_down + p.output + p.small);
-                            if (tot <= 0) tot = 1;
-                            fprintf(stderr,
-                                    "tern bench: profile %s t=%d %s: qkv %.1f%%, attention %.1f%%, o %.1f%%, gate/up "
-                                    "%.1f%%, down %.1f%%, output %.1f%%, small ops %.1f%% (%.3f ms/token)\n",
-                                    row->model, row->threads, row->test, 100 * p.qkv / tot, 100 * p.attn / tot,
-                                    100 * p.wo / tot, 100 * p.ffn_up / tot, 100 * p.ffn_down / tot,
-                                    100 * p.output / tot, 100 * p.small / tot,
-                                    p.n_tokens ? tot / 1e6 / (double)p.n_tokens : 0.0);
-                        }
-                    }
-                    fprintf(stderr, "tern bench: %s t=%d %s: %.2f ± %.2f tok/s\n", row->model, row->threads, row->test,
-                            row->tok_s, row->tok_s_sd);
+                    free(g);
+                }
+                tern_context_free(c);
+                if (o.ec_mode) {
+                    tern_model_free(m);
+                    m = NULL;
                 }
             }
-            if (rc == 0 && o.check > 0) {
-                /* Greedy from token ids[0], compared across thread counts. */
-                int32_t *g = malloc((size_t)o.check * sizeof *g);
-                if (!g || tern_context_truncate(c, 0, &err)) rc = 1;
-                int32_t tok = ids[0];
-                for (int i = 0; rc == 0 && i < o.check; i++) {
-                    if (tern_eval(c, &tok, 1, NULL, &err)) {
-                        fprintf(stderr, "tern bench: %s\n", err.msg);
-                        rc = 1;
-                        break;
-                    }
-                    const float *lg = tern_get_logits(c);
-                    int32_t best = 0;
-                    for (int32_t v = 1; v < tern_model_n_vocab(m); v++)
-                        if (lg[v] > lg[best]) best = v;
-                    g[i] = tok = best;
-                }
-                if (rc == 0) {
-                    fprintf(stderr, "tern bench: %s t=%d greedy tokens:", base_name(o.models[mi]), tern_context_threads(c));
-                    for (int i = 0; i < o.check; i++) fprintf(stderr, " %d", g[i]);
-                    fprintf(stderr, "\n");
-                    if (!greedy_ref) {
-                        greedy_ref = g;
-                        g = NULL;
-                    } else if (memcmp(greedy_ref, g, (size_t)o.check * sizeof *g) != 0) {
-                        greedy_same = 0;
-                    }
-                }
-                free(g);
-            }
-            tern_context_free(c);
         }
-        if (rc == 0 && o.check > 0 && o.threads.n > 1) {
-            fprintf(stderr, "tern bench: %s: %d greedy tokens %s at threads", base_name(o.models[mi]), o.check,
+        if (rc == 0 && o.check > 0 && n_greedy > 1) {
+            fprintf(stderr, "tern bench: %s: %d greedy tokens %s at threads", base_name(path), o.check,
                     greedy_same ? "IDENTICAL" : "DIFFERENT");
             for (int ti = 0; ti < o.threads.n; ti++) fprintf(stderr, "%s%d", ti ? "," : " ", o.threads.v[ti]);
+            if (n_set > 1) fprintf(stderr, " and %d expert settings", n_set);
             fprintf(stderr, "\n");
             if (!greedy_same) rc = 1;
         }
@@ -760,6 +1335,16 @@ int cmd_bench_model(int argc, char **argv) {
         if (rows[i].n_seq) rows[i].speedup = np_speedup(rows, n_rows, &rows[i]);
     if (n_rows) print_rows(&o, rows, n_rows, probe, &o.threads);
 out:
+    if (usage_dir[0]) {
+        for (int mi = 0; mi < o.n_models; mi++) {
+            char f[4200];
+            snprintf(f, sizeof f, "%s/model%d.usage", usage_dir, mi);
+            unlink(f);
+            snprintf(f, sizeof f, "%s/model%d.usage.tmp", usage_dir, mi);
+            unlink(f);
+        }
+        rmdir(usage_dir);
+    }
     free(nb.e);
     free(nb.tok);
     free(nb.prompts);

@@ -42,7 +42,7 @@ int cmd_perplexity(int argc, char **argv) {
     struct timespec ts_start;
     clock_gettime(CLOCK_MONOTONIC, &ts_start);
     tern_error_t err = {0};
-    tern_model_t *m = run_load_model(o.model);
+    tern_model_t *m = run_load_model(&o, "perplexity");
     if (!m) return 1;
     int rc = 1;
     char *text = NULL;
@@ -128,7 +128,7 @@ int cmd_perplexity(int argc, char **argv) {
         printf("Final estimate: PPL = %.4f (no error estimate: zero variance)\n", ppl);
     clock_gettime(CLOCK_MONOTONIC, &ts1);
     run_print_timings(m, c, &o,
-                      (double)(ts1.tv_sec - ts_start.tv_sec) * 1e3 + (double)(ts1.tv_nsec - ts_start.tv_nsec) / 1e6);
+                      (double)(ts1.tv_sec - ts_start.tv_sec) * 1e3 + (double)(ts1.tv_nsec - ts_start.tv_nsec) / 1e6, NULL);
     rc = 0;
 out:
     free(text);

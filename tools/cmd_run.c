@@ -73,10 +73,14 @@ typedef struct {
     int32_t n_vocab;
     uint64_t digest;
     int n_digested;
+    const tern_model_t *m;
+    const tern_context_t *ctx;
+    run_gen_mark_t mark; /* the expert cache's figures at the first generated token */
 } run_cb_t;
 
 static int run_token(int32_t id, const char *text, size_t len, void *user) {
     run_cb_t *r = user;
+    run_mark_generation(&r->mark, r->m, r->ctx);
     if (r->c && id >= 0) {
         /* FNV-1a over the raw bytes: any bit that differs changes it. */
         const unsigned char *b = (const unsigned char *)tern_get_logits(r->c);
@@ -99,7 +103,7 @@ int cmd_run(int argc, char **argv) {
     if (prc) return prc == 1 ? 0 : 2;
     double t0 = now_ms();
     tern_error_t err = {0};
-    tern_model_t *m = run_load_model(o.model);
+    tern_model_t *m = run_load_model(&o, "run");
     if (!m) return 1;
     int rc = 1;
     tern_context_t *c = NULL;
@@ -162,7 +166,7 @@ int cmd_run(int argc, char **argv) {
         tern_detok_free(d);
         fflush(stdout);
     }
-    run_cb_t rcb = {o.print_ids, 0, o.logits_digest ? c : NULL, tern_model_n_vocab(m), 0xcbf29ce484222325ull, 0};
+    run_cb_t rcb = {o.print_ids, 0, o.logits_digest ? c : NULL, tern_model_n_vocab(m), 0xcbf29ce484222325ull, 0, m, c, {0}};
     int32_t n_pred = o.n_predict < 0 ? INT32_MAX : o.n_predict;
     tern_generate_result_t gr;
     int grc = tern_generate(c, s, ids + n_restored, (int32_t)n_ids - n_restored, n_pred, run_token, &rcb, &gr, &err);
@@ -194,7 +198,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "tern: stopped after %d tokens: %s\n", gr.n_generated,
                 gr.stop == TERN_STOP_EOG ? "end of generation" : "-n reached");
     if (!o.seed_given && o.sp.temp > 0) fprintf(stderr, "tern: seed %llu\n", (unsigned long long)o.sp.seed);
-    run_print_timings(m, c, &o, now_ms() - t0);
+    run_print_timings(m, c, &o, now_ms() - t0, &rcb.mark);
     rc = 0;
 out:
     free(ids);
@@ -270,7 +274,7 @@ int cmd_chat(int argc, char **argv) {
     if (prc) return prc == 1 ? 0 : 2;
     double t0 = now_ms();
     tern_error_t err = {0};
-    tern_model_t *m = run_load_model(o.model);
+    tern_model_t *m = run_load_model(&o, "chat");
     if (!m) return 1;
     int rc = 1;
     tern_context_t *c = NULL;
@@ -405,7 +409,7 @@ int cmd_chat(int argc, char **argv) {
             fprintf(stderr, "tern: reply stopped\n");
         }
     }
-    run_print_timings(m, c, &o, now_ms() - t0);
+    run_print_timings(m, c, &o, now_ms() - t0, NULL);
     rc = 0;
     goto out;
 oom:

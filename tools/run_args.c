@@ -41,6 +41,7 @@ static void usage(const char *cmd, FILE *out) {
             "                            not evaluated, and FILE is extended with what was evaluated\n"
             "  --profile                 per-op time split with the timings\n",
             strcmp(cmd, "perplexity") ? "the model's, capped to fit memory" : "512");
+    model_args_usage(out, 0, 28);
     if (strcmp(cmd, "perplexity"))
         fprintf(out,
                 "sampling (applied in this order: penalties, top-k, top-p, min-p, temperature):\n"
@@ -82,7 +83,11 @@ int run_opts_parse(run_opts_t *o, int argc, char **argv, const char *cmd) {
     o->n_batch = 512;
     o->sp = tern_sampler_default_params();
     if (!strcmp(cmd, "perplexity")) o->n_ctx = 512;
+    model_args_init(&o->ma);
     for (int i = 1; i < argc; i++) {
+        const int mr = model_args_take(&o->ma, cmd, argc, argv, &i);
+        if (mr < 0) return 2;
+        if (mr > 0) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define IS(x) (!strcmp(a, x))
@@ -242,7 +247,64 @@ char *run_read_file(const char *path, size_t *len) {
     return buf;
 }
 
-void run_print_timings(const tern_model_t *m, const tern_context_t *c, const run_opts_t *o, double total_ms) {
+void run_mark_generation(run_gen_mark_t *mk, const tern_model_t *m, const tern_context_t *c) {
+    if (mk->taken) return;
+    tern_model_expert_stats(m, &mk->es);
+    tern_context_timings(c, &mk->t);
+    mk->taken = 1;
+}
+
+/* "1.5 GiB", "340.0 KiB" ... */
+static const char *fmt_bytes(double b, char *buf, size_t cap) {
+    static const char *unit[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024 && u < 4) b /= 1024, u++;
+    snprintf(buf, cap, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+    return buf;
+}
+
+/* The expert cache line of run_print_timings. */
+static void print_expert_cache(const tern_model_t *m, const tern_timings_t *t, const run_opts_t *o,
+                               const run_gen_mark_t *mk) {
+    tern_expert_stats_t st;
+    tern_model_expert_stats(m, &st);
+    if (!st.active) return;
+    /* The window: the generation after the mark, or everything. */
+    int64_t n_tok = t->n_prompt + t->n_gen + t->n_decode;
+    uint64_t ns = t->prompt_ns + t->gen_ns + t->decode_ns;
+    const char *over = "evaluated tokens (prompt and generation)";
+    if (mk && mk->taken && t->n_gen > mk->t.n_gen && mk->es.active) {
+        const tern_expert_stats_t *a = &mk->es;
+        st.hits -= a->hits;
+        st.misses -= a->misses;
+        st.pred_hits -= a->pred_hits;
+        st.pred_total -= a->pred_total;
+        st.bytes_read -= a->bytes_read;
+        st.wait_ns -= a->wait_ns;
+        n_tok = t->n_gen - mk->t.n_gen;
+        ns = t->gen_ns - mk->t.gen_ns;
+        over = "generated tokens";
+    }
+    char b1[32], b2[32];
+    const uint64_t asked = st.hits + st.misses;
+    const double s = (double)ns / 1e9;
+    fprintf(stderr, "tern: expert cache     = %s in %d slots of %s (%s reads, %s)", fmt_bytes((double)st.cache_bytes, b1, sizeof b1),
+            st.n_slots, fmt_bytes((double)st.slot_bytes, b2, sizeof b2), st.direct ? "direct" : "buffered",
+            o->ma.prefetch > 0 ? "prefetch on" : "prefetch off");
+    if (st.n_pinned) fprintf(stderr, ", %d pinned", st.n_pinned);
+    fprintf(stderr, "; over %lld %s: hit rate %.1f%% (%llu of %llu), %.3g GB read per token, I/O %.2f GB/s, waiting "
+                    "on I/O %.1f%% of the time",
+            (long long)n_tok, over, asked ? 100.0 * (double)st.hits / (double)asked : 0.0, (unsigned long long)st.hits,
+            (unsigned long long)asked, n_tok ? (double)st.bytes_read / 1e9 / (double)n_tok : 0.0,
+            s > 0 ? (double)st.bytes_read / 1e9 / s : 0.0, s > 0 ? 100.0 * (double)st.wait_ns / 1e9 / s : 0.0);
+    if (st.pred_total)
+        fprintf(stderr, ", prefetch prediction %.1f%% (%llu of %llu)", 100.0 * (double)st.pred_hits / (double)st.pred_total,
+                (unsigned long long)st.pred_hits, (unsigned long long)st.pred_total);
+    fprintf(stderr, "\n");
+}
+
+void run_print_timings(const tern_model_t *m, const tern_context_t *c, const run_opts_t *o, double total_ms,
+                       const run_gen_mark_t *mk) {
     tern_timings_t t;
     tern_context_timings(c, &t);
     const double pms = (double)t.prompt_ns / 1e6, gms = (double)t.gen_ns / 1e6, sms = (double)t.sample_ns / 1e6;
@@ -266,6 +328,7 @@ void run_print_timings(const tern_model_t *m, const tern_context_t *c, const run
             "threads %d; ISA %s; KV cache %s, %d positions\n",
             dpt, nl ? dpt / nl : 0.0, (unsigned long long)t.prompt_dispatches, (long long)t.n_prompt,
             tern_context_threads(c), tern_isa_name(), o->kv_f32 ? "f32" : "f16", tern_context_n_ctx(c));
+    print_expert_cache(m, &t, o, mk);
     if (o->profile) {
         tern_profile_t p;
         tern_context_profile(c, &p);
@@ -281,9 +344,4 @@ void run_print_timings(const tern_model_t *m, const tern_context_t *c, const run
     }
 }
 
-tern_model_t *run_load_model(const char *path) {
-    tern_error_t err = {0};
-    tern_model_t *m = tern_model_load(path, &err);
-    if (!m) fprintf(stderr, "tern: %s\n", err.msg);
-    return m;
-}
+tern_model_t *run_load_model(const run_opts_t *o, const char *cmd) { return model_args_load(o->model, &o->ma, cmd); }

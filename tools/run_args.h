@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "model_args.h"
 #include "tern.h"
 
 typedef struct {
@@ -25,6 +26,7 @@ typedef struct {
     int logits_digest; /* run: print a hash of every logit vector sampled from */
     int seed_given;
     const char *session; /* run, chat: session file (prompt cache), or NULL */
+    model_args_t ma;     /* how the model is loaded (the expert cache) */
     tern_sampler_params_t sp;
 } run_opts_t;
 
@@ -33,15 +35,33 @@ typedef struct {
  * 2 on a bad option (message printed). */
 int run_opts_parse(run_opts_t *o, int argc, char **argv, const char *cmd);
 
-/* Load a model, printing the error on stderr when it fails (NULL then). */
-tern_model_t *run_load_model(const char *path);
+/* Load o->model with o->ma's settings, printing the error on stderr when it
+ * fails (NULL then); cmd names the subcommand in the message. */
+tern_model_t *run_load_model(const run_opts_t *o, const char *cmd);
 
 /* Read a whole file into a malloc'd NUL-terminated buffer; NULL with a
  * message on stderr. */
 char *run_read_file(const char *path, size_t *len);
 
+/* The expert cache's counters and the context's timings when generation
+ * started (taken at the first generated token, before it is evaluated), so
+ * that the summary can give the generation's own figures. */
+typedef struct {
+    int taken;
+    tern_expert_stats_t es;
+    tern_timings_t t;
+} run_gen_mark_t;
+/* Take the mark, once (later calls do nothing). */
+void run_mark_generation(run_gen_mark_t *mk, const tern_model_t *m, const tern_context_t *c);
+
 /* The stderr summary: load, prompt and generation times and rates,
- * dispatches per token, threads, ISA, and with --profile the per-op split. */
-void run_print_timings(const tern_model_t *m, const tern_context_t *c, const run_opts_t *o, double total_ms);
+ * dispatches per token, threads, ISA, with --profile the per-op split, and
+ * for a model with an expert cache a line on it: hit rate, GB read per
+ * token, I/O GB/s, the share of the time spent waiting on reads, the
+ * prefetch's prediction accuracy; over the generation after mk (when
+ * taken and tokens were generated after it), else over everything
+ * evaluated. mk may be NULL. */
+void run_print_timings(const tern_model_t *m, const tern_context_t *c, const run_opts_t *o, double total_ms,
+                       const run_gen_mark_t *mk);
 
 #endif

@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "cmds.h"
+#include "model_args.h"
 #include "server/http.h"
 #include "srv.h"
 
@@ -53,6 +54,7 @@ static void usage(FILE *f) {
             "  --conn-timeout SEC     a client must send its request within SEC, and an idle\n"
             "                         connection is closed after SEC (default 30)\n"
             "  -h, --help             this text\n");
+    model_args_usage(f, 0, 25);
 }
 
 static int parse_long(const char *opt, const char *s, long lo, long hi, long *out) {
@@ -155,8 +157,13 @@ int cmd_serve(int argc, char **argv) {
     so.cache_seqs = 16;
     so.request_timeout_s = 600;
     int rc = 2;
+    model_args_t ma;
+    model_args_init(&ma);
 
     for (int i = 1; i < argc; i++) {
+        const int mr = model_args_take(&ma, "serve", argc, argv, &i);
+        if (mr < 0) goto out;
+        if (mr > 0) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
@@ -284,10 +291,9 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "tern serve: loading %s (http://%s:%d/health answers 503 until it is loaded)\n", model, ho.host,
             port);
     tern_error_t err = {0};
-    tern_model_t *m = tern_model_load(model, &err);
+    tern_model_t *m = model_args_load(model, &ma, "serve");
     srv_sched_t *s = NULL;
     if (!m) {
-        fprintf(stderr, "tern serve: %s\n", err.msg);
         srv_http_stop(h);
         goto out;
     }
