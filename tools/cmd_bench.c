@@ -659,7 +659,7 @@ static void print_ec_rows(const bench_opts_t *o, const row_t *rows, int n, const
                r->tok_s_sd);
         md_num("%.2f", e->cold_tok_s);
         md_num("%.1f%%", 100 * e->hit_rate);
-        md_num("%.3g", e->gb_tok);
+        md_num("%.4f", e->gb_tok);
         md_num("%.2f", e->io_gbps);
         md_num("%.1f%%", 100 * e->wait_share);
         md_num("%.1f%%", 100 * e->pred);

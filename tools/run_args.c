@@ -288,18 +288,21 @@ static void print_expert_cache(const tern_model_t *m, const tern_timings_t *t, c
     char b1[32], b2[32];
     const uint64_t asked = st.hits + st.misses;
     const double s = (double)ns / 1e9;
-    fprintf(stderr, "tern: expert cache     = %s in %d slots of %s (%s reads, %s)", fmt_bytes((double)st.cache_bytes, b1, sizeof b1),
-            st.n_slots, fmt_bytes((double)st.slot_bytes, b2, sizeof b2), st.direct ? "direct" : "buffered",
+    fprintf(stderr, "tern: expert cache     = %s in %d slots of %s (%s reads, %s)",
+            fmt_bytes((double)st.cache_bytes, b1, sizeof b1), st.n_slots, fmt_bytes((double)st.slot_bytes, b2, sizeof b2), st.direct ? "direct" : "buffered",
             o->ma.prefetch > 0 ? "prefetch on" : "prefetch off");
     if (st.n_pinned) fprintf(stderr, ", %d pinned", st.n_pinned);
-    fprintf(stderr, "; over %lld %s: hit rate %.1f%% (%llu of %llu), %.3g GB read per token, I/O %.2f GB/s, waiting "
+    /* GB read per token, in MB when under 0.01 GB (a small model, a warm cache) */
+    const double gb_tok = n_tok ? (double)st.bytes_read / 1e9 / (double)n_tok : 0.0;
+    fprintf(stderr, "; over %lld %s: hit rate %.1f%% (%llu of %llu), %.3f %s read per token, I/O %.2f GB/s, waiting "
                     "on I/O %.1f%% of the time",
             (long long)n_tok, over, asked ? 100.0 * (double)st.hits / (double)asked : 0.0, (unsigned long long)st.hits,
-            (unsigned long long)asked, n_tok ? (double)st.bytes_read / 1e9 / (double)n_tok : 0.0,
-            s > 0 ? (double)st.bytes_read / 1e9 / s : 0.0, s > 0 ? 100.0 * (double)st.wait_ns / 1e9 / s : 0.0);
+            (unsigned long long)asked, gb_tok >= 0.01 || gb_tok == 0 ? gb_tok : gb_tok * 1e3,
+            gb_tok >= 0.01 || gb_tok == 0 ? "GB" : "MB", s > 0 ? (double)st.bytes_read / 1e9 / s : 0.0,
+            s > 0 ? 100.0 * (double)st.wait_ns / 1e9 / s : 0.0);
     if (st.pred_total)
-        fprintf(stderr, ", prefetch prediction %.1f%% (%llu of %llu)", 100.0 * (double)st.pred_hits / (double)st.pred_total,
-                (unsigned long long)st.pred_hits, (unsigned long long)st.pred_total);
+        fprintf(stderr, ", prefetch prediction %.1f%% (%llu of %llu)",
+                100.0 * (double)st.pred_hits / (double)st.pred_total, (unsigned long long)st.pred_hits, (unsigned long long)st.pred_total);
     fprintf(stderr, "\n");
 }
 
