@@ -104,6 +104,8 @@ typedef struct {
     int direct;                  /* 1: reads bypass the page cache (O_DIRECT) */
     int n_slots, n_pinned;       /* slots (one expert each), slots pinned by usage */
     uint64_t slot_bytes, cache_bytes, expert_bytes; /* one slot; all slots; all routed experts of the file */
+    uint64_t n_experts;          /* routed experts in the file (layers x experts); with slot_bytes (set
+                                  * even without a cache): n_experts * slot_bytes is a cache that holds them all */
     uint64_t hits, misses;       /* experts a forward pass asked for: in the cache / read */
     uint64_t prefetched, prefetch_used; /* loads started by next-layer hints; of those, asked for later */
     uint64_t pred_hits, pred_total; /* experts a layer chose that the previous layer's hint named; experts chosen */

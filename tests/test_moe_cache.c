@@ -27,6 +27,7 @@ typedef struct {
     double share;
     int threads;
     bool per_layer;
+    uint32_t chunk; /* smallest read (0: the default) */
 } run_t;
 
 /* The logits of a prompt (all positions) and of N_GEN decoded tokens
@@ -40,7 +41,8 @@ static float *run(const char *path, const run_t *r, ec_stats_t *st) {
                                .io_threads = 3,
                                .pin_path = r->pin,
                                .pin_share = r->share,
-                               .per_layer = r->per_layer};
+                               .per_layer = r->per_layer,
+                               .chunk_bytes = r->chunk};
         if (model_expert_cache(m, path, &p, r->prefetch, &err))
             fail_msg("expert cache: %s", err.msg);
     }
@@ -85,8 +87,9 @@ static void cache_case(const char *shape, const char *type) {
     float *want = run(path, &base, &st);
     assert_int_equal(st.n_slots, 0);
 
-    /* one slot: every expert evicts the one before */
-    run_t one = {.slots = 1, .threads = 2};
+    /* one slot: every expert evicts the one before; reads of one 4 KiB unit
+     * (each matrix in several chunks, read by three threads in parallel) */
+    run_t one = {.slots = 1, .threads = 2, .chunk = 4096};
     float *got = run(path, &one, &st);
     same(want, got, n, "cache of 1 expert");
     assert_int_equal(st.n_slots, 1);

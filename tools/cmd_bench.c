@@ -1050,8 +1050,11 @@ static int pptg_tests(const bench_opts_t *o, int mi, tern_model_t *m, tern_conte
         for (int k = 0; k < l->n; k++) {
             int n = l->v[k];
             if (n == 0) continue;
+            /* expert rows: the warm-up on the second stretch, repetition r
+             * on stretch r + 2 (the cold run took the first) */
+            const int stride = er ? n : 0;
             double warm;
-            if (run_test(c, ids, n, kind, &warm, &err)) {
+            if (run_test(c, ids + stride, n, kind, &warm, &err)) {
                 fprintf(stderr, "tern bench: %s\n", err.msg);
                 return -1;
             }
@@ -1061,7 +1064,7 @@ static int pptg_tests(const bench_opts_t *o, int mi, tern_model_t *m, tern_conte
             double total = 0;
             for (int r = 0; r < o->reps; r++) {
                 pass[r] = kind && pbuf ? bench_probe_pass_gbps(o->threads.v[ti], pbuf, probe_bytes) : -1.0;
-                if (run_test(c, ids, n, kind, &secs[r], &err)) {
+                if (run_test(c, ids + (size_t)(r + 2) * stride, n, kind, &secs[r], &err)) {
                     fprintf(stderr, "tern bench: %s\n", err.msg);
                     return -1;
                 }
@@ -1192,7 +1195,11 @@ int cmd_bench_model(int argc, char **argv) {
         }
     }
     row_t *rows = calloc((size_t)max_rows, sizeof *rows);
-    int32_t *ids = malloc((size_t)max_n * sizeof *ids);
+    /* Expert rows take a fresh stretch of tokens for every run (the cold
+     * one, the warm-up, each repetition): repeating a run's tokens would
+     * route to the same experts and find them all cached. */
+    const int ids_len = o.ec_mode ? max_n * (o.reps + 2) : max_n;
+    int32_t *ids = malloc((size_t)ids_len * sizeof *ids);
     np_buf_t nb = {0};
     if (o.np.n) {
         nb.pp_stride = max_pp > 0 ? max_pp : 1;
@@ -1243,7 +1250,7 @@ int cmd_bench_model(int argc, char **argv) {
                         m = NULL;
                         break;
                     }
-                    fill_tokens(ids, max_n, tern_model_n_vocab(m), 42);
+                    fill_tokens(ids, ids_len, tern_model_n_vocab(m), 42);
                     for (int s = 0; s < max_np; s++) /* -np: a prompt of its own per sequence */
                         fill_tokens(nb.prompts + (size_t)s * nb.pp_stride, nb.pp_stride, tern_model_n_vocab(m),
                                     1000 + (uint64_t)s);

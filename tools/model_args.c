@@ -174,7 +174,7 @@ int model_args_expert_bytes(const char *path, uint64_t *bytes, tern_error_t *err
     if (!m) return err && err->code ? err->code : TERN_EIO;
     tern_expert_stats_t st;
     tern_model_expert_stats(m, &st);
-    *bytes = st.expert_bytes;
+    *bytes = st.n_experts * st.slot_bytes; /* a cache holding every expert (slots have room for alignment) */
     tern_model_free(m);
     return 0;
 }

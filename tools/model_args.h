@@ -61,9 +61,12 @@ void model_args_usage(FILE *out, int lists, int col);
  * file's expert bytes, see model_args_expert_bytes). */
 int model_args_params(const char *path, const model_args_t *a, tern_model_params_t *p, tern_error_t *err);
 
-/* The routed expert bytes of the file at path (0 for a dense model), from
- * a first load that only maps it (TERN_EXPERTS_MMAP: no cache, no reads,
- * no usage file written). 0 or an error from tern_model_load_ex. */
+/* The bytes of an expert cache that holds every routed expert of the file
+ * at path (its experts x one slot, which has room for the alignment of
+ * direct reads; 0 for a dense model): what a share N% resolves against, so
+ * 100% holds them all. From a first load that only maps the file
+ * (TERN_EXPERTS_MMAP: no cache, no reads, no usage file written). 0 or an
+ * error from tern_model_load_ex. */
 int model_args_expert_bytes(const char *path, uint64_t *bytes, tern_error_t *err);
 
 /* The cache size in bytes a resolves to for a model with expert_bytes of

@@ -207,6 +207,10 @@ double tern_model_load_ms(const tern_model_t *m) { return m->load_ms; }
 void tern_model_expert_stats(const tern_model_t *m, tern_expert_stats_t *st) {
     memset(st, 0, sizeof *st);
     st->expert_bytes = m->m->expert_bytes;
+    if (m->m->hp.n_expert > 0) {
+        st->n_experts = (uint64_t)m->m->hp.n_layer * (uint64_t)m->m->hp.n_expert;
+        st->slot_bytes = ec_slot_bytes(m->m);
+    }
     if (!m->m->ec) return;
     ec_stats_t e;
     ec_stats(m->m->ec, &e);

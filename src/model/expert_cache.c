@@ -31,13 +31,19 @@
  *     demand jobs at the front, hints at the back. A demand request for a
  *     slot still QUEUED by a hint queues a second job (slot, gen) at the
  *     front; whichever copy a worker takes first does the load.
+ *   A load is n_chunks jobs (slot, chunk, gen): the expert's three spans
+ *     cut into reads of `chunk` bytes (at least 512 KiB, at most 48 per
+ *     expert), so the I/O threads read one expert in parallel: a single
+ *     miss then waits for the pool's bandwidth, not one thread's.
  *   claim (worker, under the lock): pop a job; take it only if the slot's
- *     gen equals the job's and the state is QUEUED, and then set LOADING;
- *     otherwise drop the job. Copy the file offsets and the buffer out, drop
- *     the lock, read.
+ *     gen equals the job's, the state is QUEUED or LOADING and the chunk's
+ *     bit in `claimed` is clear; then set the bit and the state LOADING;
+ *     otherwise drop the job. Compute the chunk's file range and buffer,
+ *     drop the lock, read.
  *   publish (worker, under the lock): only if the slot's gen still equals
- *     the job's: state = READY (or FAILED), and if nobody pins it, put it on
- *     the LRU list; broadcast cv_ready.
+ *     the job's: count the chunk done (and a failure); the worker that
+ *     completes the last chunk sets READY (or FAILED), puts the slot on the
+ *     LRU list if nobody pins it, and broadcasts cv_ready.
  * Why a stale worker can never take or publish a job of a later
  * generation: a job carries the generation of the assignment that queued
  * it, and a worker compares it with the slot's, under the lock, both when
@@ -47,17 +53,20 @@
  * READY, are ever assigned). So a job whose slot was reassigned (the
  * duplicate of a demand promotion, left in the queue after the first copy
  * loaded it, and the slot later evicted) fails the claim check and is
- * dropped; and while a worker holds a slot LOADING, nobody can reassign it,
- * so its publish always matches. Generations are 64-bit: they do not wrap.
+ * dropped; a duplicate of a chunk already claimed finds its bit set and is
+ * dropped; and while any chunk of a slot is being read the slot is LOADING,
+ * which nobody reassigns, so every publish matches and each chunk is
+ * counted exactly once. Generations are 64-bit: they do not wrap.
  * No read ever writes a slot someone else owns: a worker writes only the
  * buffer of a slot it set LOADING, and the forward reads a slot only after
  * ec_wait / ec_ready saw READY under the lock (the lock orders the
  * worker's writes before the reader's loads).
  *
- * PINNING. With ec_params_t.pin_path, demand uses are counted per (layer,
- * expert); ec_save_counts writes them, and at start the hottest experts
- * (up to pin_share of the slots, most used first) are queued first and
- * never evicted. The counts file (little-endian):
+ * PINNING. With ec_params_t.pin_path, the counts in that file are read at
+ * start (whether or not this run pins), demand uses are added per (layer,
+ * expert), and ec_save_counts writes them back when anything was counted;
+ * with pin_share > 0 the hottest experts (up to that share of the slots,
+ * most used first) are queued first and never evicted. The counts file (little-endian):
  *     u8[8]  magic "TERNEXPU"
  *     u32    version (1)
  *     u32    n_layer, u32 n_expert, u32 zero
@@ -85,6 +94,11 @@
 #include "core/common.h"
 
 #define EC_ALIGN 4096u
+/* An expert is read in chunks of at least EC_CHUNK_MIN bytes, at most
+ * EC_MAX_CHUNKS of them, taken by the I/O threads in parallel: one expert's
+ * read then takes the whole pool's bandwidth, not one thread's. */
+#define EC_CHUNK_MIN (512u << 10)
+#define EC_MAX_CHUNKS 48
 
 enum { S_EMPTY, S_QUEUED, S_LOADING, S_READY, S_FAILED };
 
@@ -97,10 +111,15 @@ typedef struct {
     bool hinted; /* loaded by a hint and not yet asked for */
     int prev, next; /* LRU links (-1: none) */
     model_expert_t ex; /* the matrices, pointing into the slot */
+    /* the load: n_chunks pieces, claimed (bit c) and done by the I/O threads */
+    int n_chunks, n_done;
+    uint64_t claimed;
+    bool failed;
 } ec_slot_t;
 
 typedef struct {
     int slot;
+    int chunk;
     uint64_t gen;
 } ec_job_t;
 
@@ -111,6 +130,7 @@ struct expert_cache {
     int64_t n_layer, n_expert;
     uint64_t part[3]; /* bytes of the gate, up and down parts of a slot */
     uint64_t slot_bytes;
+    uint64_t chunk; /* bytes per read (whole units) */
     int n_slots;
     char *mem;
     size_t mem_len;
@@ -128,7 +148,8 @@ struct expert_cache {
     pthread_t *threads;
     int n_threads;
     bool stop;
-    uint32_t *counts; /* (n_layer * n_expert) or NULL without pinning */
+    uint32_t *counts; /* (n_layer * n_expert) or NULL without a usage file */
+    bool counted;     /* uses were counted since the load (the file is then saved) */
     char *pin_path;
     ec_stats_t st;
 };
@@ -186,17 +207,57 @@ static void lru_push(expert_cache_t *c, int s) {
     c->lru_tail[li] = s;
 }
 
+/* Queue the chunks of slot s not yet claimed: at the front (in order) or
+ * at the back. */
 static void q_push(expert_cache_t *c, int s, bool front) {
-    TERN_CHECK(c->qlen < c->qcap);
-    const ec_job_t j = {s, c->slots[s].gen};
-    if (front) {
-        c->qhead = (c->qhead + c->qcap - 1) % c->qcap;
-        c->q[c->qhead] = j;
-    } else {
-        c->q[(c->qhead + c->qlen) % c->qcap] = j;
+    const ec_slot_t *x = &c->slots[s];
+    int n = 0;
+    for (int k = 0; k < x->n_chunks; k++) n += !(x->claimed >> k & 1);
+    TERN_CHECK(c->qlen + n <= c->qcap);
+    for (int i = 0; i < x->n_chunks; i++) {
+        const int k = front ? x->n_chunks - 1 - i : i; /* pushed in reverse at the front: taken in order */
+        if (x->claimed >> k & 1) continue;
+        const ec_job_t j = {s, k, x->gen};
+        if (front) {
+            c->qhead = (c->qhead + c->qcap - 1) % c->qcap;
+            c->q[c->qhead] = j;
+        } else {
+            c->q[(c->qhead + c->qlen) % c->qcap] = j;
+        }
+        c->qlen++;
     }
-    c->qlen++;
-    pthread_cond_signal(&c->cv_job);
+    if (n > 1) pthread_cond_broadcast(&c->cv_job);
+    else pthread_cond_signal(&c->cv_job);
+}
+
+/* The file span of matrix w: [*a0, *a0 + *span) in whole units, of which
+ * the first *need bytes hold it; its bytes start at off mod EC_ALIGN. */
+static int mat_span(const expert_cache_t *c, const kern_mat_t *w, uint64_t *a0, uint64_t *need, uint64_t *span) {
+    const int64_t off = gguf_file_offset(c->m->file, w->data);
+    *a0 = *need = *span = 0;
+    if (off < 0) return -1;
+    *a0 = (uint64_t)off / EC_ALIGN * EC_ALIGN;
+    *need = (uint64_t)off + mat_len(w) - *a0;
+    *span = up_align(*need);
+    return (int)((uint64_t)off % EC_ALIGN);
+}
+
+/* Chunk k of an expert's load: matrix *p, bytes [*lo, *lo + *len) of its span. */
+static void chunk_of(const expert_cache_t *c, const model_expert_t *src, int k, int *p, uint64_t *lo, uint64_t *len) {
+    const kern_mat_t *w[3] = {&src->gate, &src->up, &src->down};
+    for (int q = 0; q < 3; q++) {
+        uint64_t a0, need, span;
+        (void)mat_span(c, w[q], &a0, &need, &span);
+        const int n = (int)((span + c->chunk - 1) / c->chunk);
+        if (k < n) {
+            *p = q;
+            *lo = (uint64_t)k * c->chunk;
+            *len = span - *lo < c->chunk ? span - *lo : c->chunk;
+            return;
+        }
+        k -= n;
+    }
+    TERN_CHECK(0);
 }
 
 /* A slot for a new expert of layer l: a free one, else the least recently
@@ -238,19 +299,39 @@ static void assign(expert_cache_t *c, int s, int64_t key, int pins, bool front) 
     x->pins = pins;
     x->hinted = !front;
     x->prev = x->next = -1;
+    /* where each matrix will sit in the slot, and the chunks of the load */
+    const model_expert_t *src = &c->m->layers[key / c->n_expert].experts[key % c->n_expert];
+    x->ex = *src;
+    kern_mat_t *o[3] = {&x->ex.gate, &x->ex.up, &x->ex.down};
+    char *part = c->mem + (size_t)s * c->slot_bytes;
+    x->n_chunks = 0;
+    for (int p = 0; p < 3; p++) {
+        uint64_t a0, need, span;
+        const int in = mat_span(c, o[p], &a0, &need, &span);
+        TERN_CHECK(in >= 0 && span <= c->part[p]);
+        o[p]->data = part + in;
+        part += c->part[p];
+        x->n_chunks += (int)((span + c->chunk - 1) / c->chunk);
+    }
+    TERN_CHECK(x->n_chunks >= 1 && x->n_chunks <= EC_MAX_CHUNKS);
+    x->n_done = 0;
+    x->claimed = 0;
+    x->failed = false;
     c->map[key] = s;
     q_push(c, s, front);
 }
 
 /* ---- the I/O workers -------------------------------------------------------------- */
 
-/* Read the aligned span holding [off, off + len) into dst; the matrix then
- * starts at dst + (off mod EC_ALIGN). 0 or an errno value. */
-static int read_span(expert_cache_t *c, char *dst, uint64_t off, uint64_t len, uint64_t *nread) {
-    const uint64_t a0 = off / EC_ALIGN * EC_ALIGN, need = off + len - a0, want = up_align(need);
+/* Read [a0 + lo, a0 + lo + len) of the file into dst (len whole units);
+ * bytes past need (the end of the matrix) may be missing at the end of the
+ * file. 0 or an errno value. */
+static int read_chunk(expert_cache_t *c, char *dst, uint64_t a0, uint64_t lo, uint64_t len, uint64_t need,
+                      uint64_t *nread) {
+    const uint64_t want = lo + len > need ? (need > lo ? need - lo : 0) : len;
     uint64_t got = 0;
-    while (got < need) {
-        const ssize_t r = pread(c->fd, dst + got, (size_t)(want - got), (off_t)(a0 + got));
+    while (got < want) {
+        const ssize_t r = pread(c->fd, dst + got, (size_t)(len - got), (off_t)(a0 + lo + got));
         if (r < 0) {
             if (errno == EINTR) continue;
             return errno;
@@ -259,8 +340,8 @@ static int read_span(expert_cache_t *c, char *dst, uint64_t off, uint64_t len, u
         got += (uint64_t)r;
     }
     *nread += got;
-    if (!c->direct) (void)posix_fadvise(c->fd, (off_t)a0, (off_t)got, POSIX_FADV_DONTNEED);
-    return got >= need ? 0 : EIO;
+    if (!c->direct) (void)posix_fadvise(c->fd, (off_t)(a0 + lo), (off_t)got, POSIX_FADV_DONTNEED);
+    return got >= want ? 0 : EIO;
 }
 
 static void *worker_main(void *arg) {
@@ -273,41 +354,38 @@ static void *worker_main(void *arg) {
         c->qhead = (c->qhead + 1) % c->qcap;
         c->qlen--;
         ec_slot_t *x = &c->slots[j.slot];
-        if (x->gen != j.gen || x->state != S_QUEUED) continue; /* a duplicate, or stale: drop it */
+        if (x->gen != j.gen || (x->state != S_QUEUED && x->state != S_LOADING) || (x->claimed >> j.chunk & 1))
+            continue; /* a duplicate, or stale: drop it */
+        x->claimed |= 1ull << j.chunk;
         x->state = S_LOADING;
-        const int64_t l = x->key / c->n_expert, e = x->key % c->n_expert;
-        const model_expert_t *src = &c->m->layers[l].experts[e];
-        char *buf = c->mem + (size_t)j.slot * c->slot_bytes;
+        const model_expert_t *src = &c->m->layers[x->key / c->n_expert].experts[x->key % c->n_expert];
+        int p;
+        uint64_t lo, len;
+        chunk_of(c, src, j.chunk, &p, &lo, &len);
+        const kern_mat_t *w[3] = {&src->gate, &src->up, &src->down};
+        uint64_t a0, need, span;
+        const bool bad = mat_span(c, w[p], &a0, &need, &span) < 0;
+        char *dst = c->mem + (size_t)j.slot * c->slot_bytes + lo;
+        for (int q = 0; q < p; q++) dst += c->part[q];
         pthread_mutex_unlock(&c->mu);
 
-        const kern_mat_t *w[3] = {&src->gate, &src->up, &src->down};
-        model_expert_t ex = *src;
-        kern_mat_t *o[3] = {&ex.gate, &ex.up, &ex.down};
-        int rc = 0;
-        uint64_t nread = 0, t0 = tern_now_ns();
-        char *part = buf;
-        for (int p = 0; p < 3 && rc == 0; p++) {
-            const int64_t off = gguf_file_offset(c->m->file, w[p]->data);
-            if (off < 0) {
-                rc = EINVAL;
-                break;
-            }
-            rc = read_span(c, part, (uint64_t)off, mat_len(w[p]), &nread);
-            o[p]->data = part + (uint64_t)off % EC_ALIGN;
-            part += c->part[p];
-        }
+        uint64_t nread = 0;
+        const uint64_t t0 = tern_now_ns();
+        const int rc = bad ? EINVAL : read_chunk(c, dst, a0, lo, len, need, &nread);
         const uint64_t dt = tern_now_ns() - t0;
 
         pthread_mutex_lock(&c->mu);
         c->st.bytes_read += nread;
         c->st.read_ns += dt;
         if (x->gen == j.gen) { /* always true: a LOADING slot is never reassigned */
-            x->ex = ex;
-            x->state = rc ? S_FAILED : S_READY;
-            if (x->state == S_READY && x->pins == 0 && !x->hot) lru_push(c, j.slot);
-            if (x->state == S_FAILED && x->pins == 0 && !x->hot) free_slot(c, j.slot); /* nobody waits */
+            x->failed |= rc != 0;
+            if (++x->n_done == x->n_chunks) {
+                x->state = x->failed ? S_FAILED : S_READY;
+                if (x->state == S_READY && x->pins == 0 && !x->hot) lru_push(c, j.slot);
+                if (x->state == S_FAILED && x->pins == 0 && !x->hot) free_slot(c, j.slot); /* nobody waits */
+                pthread_cond_broadcast(&c->cv_ready);
+            }
         }
-        pthread_cond_broadcast(&c->cv_ready);
     }
     pthread_mutex_unlock(&c->mu);
     return NULL;
@@ -376,7 +454,7 @@ static bool load_counts(expert_cache_t *c, const char *path) {
 }
 
 int ec_save_counts(expert_cache_t *c, tern_error_t *err) {
-    if (!c->counts || !c->pin_path) return 0;
+    if (!c->counts || !c->pin_path || !c->counted) return 0; /* nothing new: leave the file alone */
     const uint64_t n = (uint64_t)c->n_layer * (uint64_t)c->n_expert, len = EC_HDR + 4 * n + 8;
     unsigned char *b = calloc(1, (size_t)len);
     if (!b) return tern_err(err, TERN_ENOMEM, "expert cache: out of memory for the usage counts");
@@ -439,6 +517,11 @@ expert_cache_t *ec_new(const model_t *m, const char *path, const ec_params_t *p,
     c->n_expert = m->hp.n_expert;
     part_sizes(m, c->part);
     c->slot_bytes = c->part[0] + c->part[1] + c->part[2];
+    /* chunks: EC_CHUNK_MIN, or larger so that a slot takes at most
+     * EC_MAX_CHUNKS - 3 of them (each part rounds up once) */
+    const uint64_t cmin = p->chunk_bytes ? up_align(p->chunk_bytes) : EC_CHUNK_MIN;
+    c->chunk = up_align(c->slot_bytes / (EC_MAX_CHUNKS - 3) + 1);
+    if (c->chunk < cmin) c->chunk = cmin;
     const uint64_t total = (uint64_t)c->n_layer * (uint64_t)c->n_expert;
     uint64_t ns = c->slot_bytes ? p->bytes / c->slot_bytes : 0;
     if (ns < 1) ns = 1;
@@ -472,9 +555,9 @@ expert_cache_t *ec_new(const model_t *m, const char *path, const ec_params_t *p,
     c->slots = calloc((size_t)ns, sizeof *c->slots);
     c->map = malloc((size_t)total * sizeof *c->map);
     c->free_stack = malloc((size_t)ns * sizeof *c->free_stack);
-    /* a slot has at most three jobs queued: its own, a demand promotion of
-     * a hint, a retry after a failed read */
-    c->qcap = 3 * (int)ns + 1;
+    /* a slot has at most three jobs per chunk queued: its own, a demand
+     * promotion of a hint, a retry after a failed read */
+    c->qcap = 3 * EC_MAX_CHUNKS * (int)ns + 1;
     c->q = malloc((size_t)c->qcap * sizeof *c->q);
     c->n_lists = p->per_layer && c->n_slots >= c->n_layer ? (int)c->n_layer : 1;
     c->lru_head = malloc((size_t)c->n_lists * sizeof *c->lru_head);
@@ -511,8 +594,10 @@ expert_cache_t *ec_new(const model_t *m, const char *path, const ec_params_t *p,
             return NULL;
         }
     }
-    /* The hottest experts first, pinned for good. */
-    if (c->counts && p->pin_share > 0 && load_counts(c, p->pin_path)) {
+    /* The counts so far (kept growing whether or not this run pins), then
+     * the hottest experts first, pinned for good. */
+    const bool have_counts = c->counts && access(p->pin_path, R_OK) == 0 && load_counts(c, p->pin_path);
+    if (have_counts && p->pin_share > 0) {
         int64_t *order = malloc((size_t)total * sizeof *order);
         if (order) {
             for (uint64_t i = 0; i < total; i++) order[i] = (int64_t)i;
@@ -598,8 +683,11 @@ ec_status_t ec_get(expert_cache_t *c, int64_t l, int64_t e, int *slot) {
             c->st.misses++;
             if (x->state == S_FAILED) { /* try again */
                 x->state = S_QUEUED;
+                x->n_done = 0;
+                x->claimed = 0;
+                x->failed = false;
                 q_push(c, s, true);
-            } else if (x->state == S_QUEUED && hinted) { /* ahead of the other hints */
+            } else if ((x->state == S_QUEUED || x->state == S_LOADING) && hinted) { /* ahead of the other hints */
                 q_push(c, s, true);
             }
             st = EC_PENDING;
@@ -682,6 +770,7 @@ void ec_count(expert_cache_t *c, int64_t l, int64_t e, uint32_t uses) {
     pthread_mutex_lock(&c->mu);
     uint32_t *n = &c->counts[l * c->n_expert + e];
     *n = *n > UINT32_MAX - uses ? UINT32_MAX : *n + uses;
+    c->counted = true;
     pthread_mutex_unlock(&c->mu);
 }
 

@@ -34,6 +34,7 @@ typedef struct ec_params {
     const char *pin_path; /* usage counts file (NULL: no pinning) */
     double pin_share;   /* share of the slots the hottest experts may hold pinned (0: none) */
     bool per_layer;     /* one LRU list and an equal quota of slots per layer (default: one global LRU) */
+    uint32_t chunk_bytes; /* smallest read (0: 512 KiB; tests use small ones) */
 } ec_params_t;
 
 #define EC_DEFAULT_IO_THREADS 8
