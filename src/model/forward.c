@@ -52,8 +52,8 @@ static void prof_lap(model_ctx_t *c, uint64_t *counter) {
  * one dispatch, timed into *prof. */
 static int matmul(model_ctx_t *c, uint64_t *prof, const float *x, int64_t n, int nm, const kern_mat_t *const *w,
                   float *const *y, tern_error_t *err) {
-    int64_t ldy[3];
-    TERN_CHECK(nm >= 1 && nm <= 3);
+    int64_t ldy[4];
+    TERN_CHECK(nm >= 1 && nm <= 4);
     for (int i = 0; i < nm; i++) ldy[i] = w[i]->rows;
     prof_lap(c, &c->prof.small);
     int rc;
@@ -348,14 +348,15 @@ static int moe_run(model_ctx_t *c, const model_tok_t *t, int64_t n, const model_
 
 /* Next-layer prefetch: layer l + 1's router applied to this layer's FFN
  * input xb (n, D) (the residual stream changes little from one layer to the
- * next) names the experts it will likely want; their loads are queued
+ * next; computed in this layer's router dispatch, c->mlog2) names the
+ * experts it will likely want; their loads are queued
  * behind the demand loads (ec_hint), and the prediction is kept to score
  * it when layer l + 1 routes (c->mpred). */
 static int moe_prefetch(model_ctx_t *c, int64_t n, int64_t l, tern_error_t *err) {
+    (void)err;
     const model_t *m = c->m;
     const int64_t E = m->hp.n_expert, K = m->hp.n_expert_used;
-    if (l + 1 >= m->hp.n_layer || !m->layers[l + 1].experts) return 0;
-    TRY(matmul1(c, &c->prof.ffn_up, c->xb, n, &m->layers[l + 1].router, c->mlog2, err));
+    if (!c->mnext) return 0; /* no next MoE layer: its logits were not computed with this layer's */
     memset(c->mpred, 0, (size_t)E);
     int32_t sel[64];
     float wt[64];
@@ -455,10 +456,21 @@ static int moe_ffn(model_ctx_t *c, const model_tok_t *t, int64_t n, const model_
                    const kern_rope_t *rope, tern_error_t *err) {
     const model_hparams_t *hp = &c->m->hp;
     const int64_t D = hp->n_embd, E = hp->n_expert, K = hp->n_expert_used, FS = hp->n_ff_shexp;
-    if (FS > 0)
-        TRY(matmul3(c, &c->prof.ffn_up, c->xb, n, &L->router, c->mlog, &L->sh_gate, c->hb, &L->sh_up, c->hb2, err));
-    else
-        TRY(matmul1(c, &c->prof.ffn_up, c->xb, n, &L->router, c->mlog, err));
+    /* router logits; qwen2moe: the shared expert's gate and up; with
+     * prefetch: the next layer's router on the same input (moe_prefetch) */
+    {
+        const kern_mat_t *ws[4] = {&L->router};
+        float *ys[4] = {c->mlog};
+        int nm = 1;
+        if (FS > 0) {
+            ws[nm] = &L->sh_gate, ys[nm++] = c->hb;
+            ws[nm] = &L->sh_up, ys[nm++] = c->hb2;
+        }
+        const model_t *m = c->m;
+        c->mnext = m->ec && m->moe_prefetch && l + 1 < hp->n_layer && m->layers[l + 1].experts;
+        if (c->mnext) ws[nm] = &m->layers[l + 1].router, ys[nm++] = c->mlog2;
+        TRY(matmul(c, &c->prof.ffn_up, c->xb, n, nm, ws, ys, err));
+    }
 
     int64_t *cnt = c->mcnt, *first = c->mcnt + E, *fill = c->mcnt + 2 * E;
     memset(cnt, 0, (size_t)E * sizeof *cnt);

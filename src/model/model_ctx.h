@@ -51,6 +51,7 @@ struct model_ctx {
     float *mlog2;   /* (n_batch, E) the next layer's router logits (prefetch) */
     uint8_t *mpred; /* (E) experts predicted for layer mpred_layer (-1: none) */
     int64_t mpred_layer;
+    bool mnext;     /* this layer's router dispatch also computed the next layer's logits (mlog2) */
     int32_t *ids;           /* (n_batch) token ids of a block */
     kern_attn_query_t *aq;  /* (n_batch) each token's position and block table, for attention */
     /* model_decode's batch: its tokens sorted by (sequence, position), each
