@@ -146,8 +146,8 @@ void model_args_usage(FILE *out, int lists, int col) {
         "  cache of what fits (the default); off or mmap: always through",
         "  the mapping and the page cache; a cache of a size with a binary",
         "  unit: 512M, 12G, 12GB, 1500MB, 2GiB (K, M, G, T = 2^10, 2^20,",
-        "  2^30, 2^40 bytes); or a share of the model's routed expert",
-        "  bytes: 25%",
+        "  2^30, 2^40 bytes); or a share of the model's routed experts",
+        "  (25%: slots for a quarter of them; 100% holds them all)",
         NULL};
     help_item(out, col, lists ? "--expert-cache LIST" : "--expert-cache SIZE", lists ? cache : (const char *[]){
         cache[0], cache[2], cache[3], cache[4], cache[5], cache[6], cache[7], NULL});
