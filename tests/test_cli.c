@@ -116,7 +116,8 @@ static void test_run_cache_line(void **state) {
     (void)state;
     char cmd[2048], *err = NULL, *out = NULL;
     /* a cache of 1 MiB (whole slots: 8 of 120 KiB here): the timings end with its line, over the generation */
-    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p 'hello there' -n 8 --temp 0 -t 2 --expert-cache 1M", g_tern, g_moe);
+    snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p 'hello there' -n 8 --temp 0 -t 2 --expert-cache 1M --expert-prefetch off",
+             g_tern, g_moe);
     assert_int_equal(sh(cmd, &out, &err), 0);
     const char *line = strstr(err, "tern: expert cache     = ");
     if (!line) fail_msg("no expert cache line in:\n%s", err);
@@ -182,7 +183,7 @@ static void test_bench_json(void **state) {
     (void)state;
     char cmd[2048], *out = NULL, *err = NULL;
     snprintf(cmd, sizeof cmd,
-             "'%s' bench -m '%s' --expert-cache 25%%,100%%,mmap -n 4 -p 0 -r 1 -o json -t 2 --probe-mb 16 "
+             "'%s' bench -m '%s' --expert-cache 25%%,100%%,mmap --expert-prefetch off -n 4 -p 0 -r 1 -o json -t 2 --probe-mb 16 "
              "--disk-probe-s 0.2 --check 3",
              g_tern, g_moe);
     const int rc = sh(cmd, &out, &err);

@@ -153,7 +153,7 @@ void model_args_usage(FILE *out, int lists, int col) {
         cache[0], cache[2], cache[3], cache[4], cache[5], cache[6], cache[7], NULL});
     const char *pf[] = {lists ? "on, off or on,off (a row each): read the experts the next layer"
                               : "read the experts the next layer will likely want ahead of it",
-                        lists ? "will likely want ahead of it (default off)" : "(default off)", NULL};
+                        lists ? "will likely want ahead of it (default on)" : "(default on)", NULL};
     help_item(out, col, lists ? "--expert-prefetch LIST" : "--expert-prefetch on|off", pf);
     const char *pin[] = {lists ? "on, off or on,off (a row each): keep the most used experts in"
                                : "keep the most used experts in the cache for good (default off;",

@@ -290,7 +290,7 @@ static void print_expert_cache(const tern_model_t *m, const tern_timings_t *t, c
     const double s = (double)ns / 1e9;
     fprintf(stderr, "tern: expert cache     = %s in %d slots of %s (%s reads, %s)",
             fmt_bytes((double)st.cache_bytes, b1, sizeof b1), st.n_slots, fmt_bytes((double)st.slot_bytes, b2, sizeof b2), st.direct ? "direct" : "buffered",
-            o->ma.prefetch > 0 ? "prefetch on" : "prefetch off");
+            o->ma.prefetch != 0 ? "prefetch on" : "prefetch off");
     if (st.n_pinned) fprintf(stderr, ", %d pinned", st.n_pinned);
     /* GB read per token, in MB when under 0.01 GB (a small model, a warm cache) */
     const double gb_tok = n_tok ? (double)st.bytes_read / 1e9 / (double)n_tok : 0.0;
