@@ -298,9 +298,7 @@ static int moe_flush(model_ctx_t *c, uint64_t *prof, kern_prod_t *pr, int *np, t
 /* The experts chosen in this block, in increasing order, into c->mact
  * (their matrices: the model's, or NULL until a cache slot holds them);
  * returns how many. Counts their uses for pinning. */
-static int moe_active(model_ctx_t *c, const model_layer_t *L, int64_t l, int64_t n, tern_error_t *err) {
-    (void)n;
-    (void)err;
+static int moe_active(model_ctx_t *c, const model_layer_t *L, int64_t l) {
     const int64_t E = c->m->hp.n_expert;
     const int64_t *cnt = c->mcnt;
     int na = 0;
@@ -499,8 +497,7 @@ static int moe_ffn(model_ctx_t *c, const model_tok_t *t, int64_t n, const model_
         }
 
     /* experts, resident or through the cache */
-    const int na = moe_active(c, L, l, n, err);
-    if (na < 0) return err ? err->code : TERN_EIO;
+    const int na = moe_active(c, L, l);
     if (c->m->ec) {
         TRY(moe_cached(c, t, n, L, l, rope, na, err));
     } else {
