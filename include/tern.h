@@ -364,6 +364,55 @@ size_t tern_sampler_state_size(const tern_sampler_t *s);
 size_t tern_sampler_state_save(const tern_sampler_t *s, void *buf, size_t cap);
 int tern_sampler_state_load(tern_sampler_t *s, const void *buf, size_t len, tern_error_t *err);
 
+/* ---- grammars: constrained output ----
+ * A grammar in GBNF (the format llama.cpp's grammars/README describes:
+ * rules "name ::= ...", literals, character classes, groups, | * + ? {m,n},
+ * comments; the start rule is "root"), compiled for one model's vocabulary.
+ * A matcher is one generation's place in it. Attached to a sampler
+ * (tern_sampler_set_matcher), the MASK stage lets through only the tokens
+ * that keep the text inside the grammar, and end-of-generation tokens only
+ * once it is complete; tern_generate advances the sampler's matcher with
+ * every token it reports. The sampler tries the tokens it would pick first
+ * and builds a whole mask only when the chain needs one, with the same
+ * result either way (src/text/grammar.c explains how masks stay cheap).
+ *
+ * A grammar is immutable once created: any number of matchers on any
+ * threads may share it, and it must outlive them. A matcher is used by one
+ * thread at a time. */
+typedef struct tern_grammar tern_grammar_t;
+typedef struct tern_matcher tern_matcher_t;
+/* Compile len bytes of GBNF for m's vocabulary. root: the start rule (NULL:
+ * "root"). NULL on error: TERN_EINVAL with the line and column (syntax, an
+ * undefined rule, left recursion, a limit passed: nesting, repetition
+ * counts, size), TERN_ENOMEM. The grammar borrows m. */
+tern_grammar_t *tern_grammar_create(const tern_model_t *m, const char *gbnf, size_t len, const char *root,
+                                    tern_error_t *err);
+void tern_grammar_free(tern_grammar_t *g);
+/* Milliseconds spent indexing the vocabulary for the grammar at creation. */
+double tern_grammar_compile_ms(const tern_grammar_t *g);
+/* A matcher at the grammar's start. */
+tern_matcher_t *tern_matcher_create(const tern_grammar_t *g, tern_error_t *err);
+void tern_matcher_free(tern_matcher_t *mt);
+void tern_matcher_reset(tern_matcher_t *mt);
+/* dst takes src's place in the text (the same grammar). */
+int tern_matcher_copy(tern_matcher_t *dst, const tern_matcher_t *src, tern_error_t *err);
+/* Advance by a token: 0, or TERN_EINVAL when the grammar does not allow it
+ * here (the matcher is unchanged). An end-of-generation token is allowed
+ * only when the text is complete; it ends the matcher. */
+int tern_matcher_accept(tern_matcher_t *mt, int32_t id, tern_error_t *err);
+/* Advance by text (a prompt's prefill of the answer, say): 0 or TERN_EINVAL. */
+int tern_matcher_accept_text(tern_matcher_t *mt, const char *text, size_t len, tern_error_t *err);
+int tern_matcher_allows(tern_matcher_t *mt, int32_t id); /* 1: id may come next */
+int tern_matcher_done(const tern_matcher_t *mt);     /* 1: the text is complete here (it may go on) */
+int tern_matcher_finished(const tern_matcher_t *mt); /* 1: nothing can follow but the end */
+/* The text every continuation must start with (the grammar allows exactly
+ * one next character, repeatedly), at most cap bytes; returns its length.
+ * Speculative decoding drafts it. */
+size_t tern_matcher_forced(const tern_matcher_t *mt, char *buf, size_t cap);
+/* Attach a matcher to a sampler's MASK stage (borrowed; NULL detaches). */
+void tern_sampler_set_matcher(tern_sampler_t *s, tern_matcher_t *mt);
+tern_matcher_t *tern_sampler_matcher(const tern_sampler_t *s);
+
 /* ---- generation ---- */
 /* Called for each generated token with its text (possibly empty while a
  * UTF-8 sequence is incomplete; text is NULL when the model has no

@@ -2,6 +2,7 @@
  * api.c - the public model API of tern.h over the model, tokenizer and
  * sampler layers: ownership, timings, and the generation loop.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,12 +15,14 @@
 #include "model/expert_cache.h"
 #include "model/model.h"
 #include "model/session.h"
+#include "text/grammar.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
 
 struct tern_model {
     model_t *m;
     tokenizer_t *tok; /* NULL when the file has no usable tokenizer */
+    gvocab_t *gv;     /* the vocabulary trie of grammars, built on first use (gv_mu) */
     char tok_err[TERN_ERR_MSG];
     char type_name[32];
     char name[128];
@@ -42,7 +45,18 @@ struct tern_session {
 
 struct tern_sampler {
     sampler_t *s;
+    tern_matcher_t *mt; /* borrowed */
 };
+
+struct tern_grammar {
+    grammar_t *g;
+};
+
+struct tern_matcher {
+    gmatcher_t *m;
+};
+
+static pthread_mutex_t gv_mu = PTHREAD_MUTEX_INITIALIZER;
 
 struct tern_detok {
     tok_stream_t s;
@@ -188,6 +202,7 @@ tern_model_t *tern_model_load_ex(const char *path, const tern_model_params_t *pa
 
 void tern_model_free(tern_model_t *m) {
     if (!m) return;
+    gvocab_free(m->gv);
     tok_free(m->tok);
     model_free(m->m);
     free(m);
@@ -526,6 +541,91 @@ int tern_sampler_state_load(tern_sampler_t *s, const void *buf, size_t len, tern
 
 /* ---- generation ---- */
 
+/* ---- grammars ---- */
+
+tern_grammar_t *tern_grammar_create(const tern_model_t *m, const char *gbnf, size_t len, const char *root,
+                                    tern_error_t *err) {
+    if (!m || (!gbnf && len)) {
+        tern_err(err, TERN_EINVAL, "tern_grammar_create: bad arguments");
+        return NULL;
+    }
+    if (!m->tok) {
+        tern_err(err, TERN_EINVAL, "grammar: the model has no usable tokenizer (%s)", m->tok_err);
+        return NULL;
+    }
+    pthread_mutex_lock(&gv_mu);
+    if (!m->gv) ((tern_model_t *)m)->gv = gvocab_build(m->tok, err);
+    const gvocab_t *gv = m->gv;
+    pthread_mutex_unlock(&gv_mu);
+    if (!gv) return NULL;
+    grammar_t *g = grammar_parse(gbnf, len, root, err);
+    if (!g) return NULL;
+    tern_grammar_t *tg = calloc(1, sizeof *tg);
+    if (!tg) {
+        grammar_free(g);
+        tern_err(err, TERN_ENOMEM, "grammar: out of memory");
+        return NULL;
+    }
+    tg->g = g;
+    if (grammar_bind(g, gv, err)) {
+        tern_grammar_free(tg);
+        return NULL;
+    }
+    return tg;
+}
+
+void tern_grammar_free(tern_grammar_t *g) {
+    if (!g) return;
+    grammar_free(g->g);
+    free(g);
+}
+
+double tern_grammar_compile_ms(const tern_grammar_t *g) { return g ? grammar_bind_ms(g->g) : 0; }
+
+tern_matcher_t *tern_matcher_create(const tern_grammar_t *g, tern_error_t *err) {
+    if (!g) {
+        tern_err(err, TERN_EINVAL, "tern_matcher_create: no grammar");
+        return NULL;
+    }
+    tern_matcher_t *mt = calloc(1, sizeof *mt);
+    if (!mt) {
+        tern_err(err, TERN_ENOMEM, "grammar: out of memory");
+        return NULL;
+    }
+    if (!(mt->m = gmatcher_create(g->g, err))) {
+        free(mt);
+        return NULL;
+    }
+    return mt;
+}
+
+void tern_matcher_free(tern_matcher_t *mt) {
+    if (!mt) return;
+    gmatcher_free(mt->m);
+    free(mt);
+}
+void tern_matcher_reset(tern_matcher_t *mt) { gmatcher_reset(mt->m); }
+int tern_matcher_copy(tern_matcher_t *dst, const tern_matcher_t *src, tern_error_t *err) {
+    if (!dst || !src) return tern_err(err, TERN_EINVAL, "tern_matcher_copy: bad arguments");
+    return gmatcher_copy(dst->m, src->m, err);
+}
+int tern_matcher_accept(tern_matcher_t *mt, int32_t id, tern_error_t *err) { return gmatcher_accept(mt->m, id, err); }
+int tern_matcher_accept_text(tern_matcher_t *mt, const char *text, size_t len, tern_error_t *err) {
+    if (!text && len) return tern_err(err, TERN_EINVAL, "tern_matcher_accept_text: NULL text");
+    return gmatcher_accept_bytes(mt->m, text, len, err);
+}
+int tern_matcher_allows(tern_matcher_t *mt, int32_t id) { return gmatcher_allows(mt->m, id); }
+int tern_matcher_done(const tern_matcher_t *mt) { return gmatcher_done(mt->m); }
+int tern_matcher_finished(const tern_matcher_t *mt) { return gmatcher_finished(mt->m); }
+size_t tern_matcher_forced(const tern_matcher_t *mt, char *buf, size_t cap) {
+    return buf ? gmatcher_forced(mt->m, buf, cap) : 0;
+}
+void tern_sampler_set_matcher(tern_sampler_t *s, tern_matcher_t *mt) {
+    s->mt = mt;
+    sampler_set_matcher(s->s, mt ? mt->m : NULL);
+}
+tern_matcher_t *tern_sampler_matcher(const tern_sampler_t *s) { return s->mt; }
+
 const char *tern_stop_reason_name(tern_stop_reason_t r) {
     switch (r) {
     case TERN_STOP_LENGTH: return "length";
@@ -575,6 +675,7 @@ int tern_generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, i
             break;
         }
         sampler_accept(s->s, id);
+        if (s->mt && (rc = gmatcher_accept(s->mt->m, id, err))) break;
         bool eog = m->tok && tok_is_eog(m->tok, id);
         int len = 0;
         if (m->tok && !eog) {

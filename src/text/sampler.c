@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "core/common.h"
+#include "text/grammar.h"
 
 typedef tern_token_logit_t cand_t;
 
@@ -58,10 +59,12 @@ struct sampler {
     cand_t *cand;    /* n_vocab */
     float *prob;     /* n_vocab */
     int32_t *where;  /* n_vocab: id -> index in a non-dense set (see find) */
+    cand_t *top;     /* top_k + 32: the grammar's first candidates */
     int32_t *seen;   /* scratch: distinct ids of the window */
     int32_t *counts; /* their counts */
     tern_mask_fn mask_fn;
     void *mask_user;
+    gmatcher_t *matcher; /* a grammar's state (borrowed), applied by MASK */
     tern_logit_bias_t *bias;
     size_t n_bias;
     bool bias_bans; /* some bias is -INFINITY */
@@ -137,9 +140,19 @@ static void softmax_cand(sampler_t *s, const cset_t *cs, int32_t n, float temp) 
 
 static int st_mask(sampler_t *s, const stage_t *st, cset_t *cs) {
     (void)st;
-    if (!s->mask_fn) return 0;
-    if (s->mask_fn(s->mask_user, cs->c, cs->n)) return -1;
-    cs->sorted = false; /* the callback may have touched any logit */
+    if (!s->mask_fn && !s->matcher) return 0;
+    if (s->mask_fn) {
+        if (s->mask_fn(s->mask_user, cs->c, cs->n)) return -1;
+        cs->sorted = false; /* the callback may have touched any logit */
+    }
+    if (s->matcher) {
+        const uint64_t *bits = gmatcher_mask(s->matcher);
+        if (!bits) return -1;
+        for (int32_t i = 0; i < cs->n; i++) {
+            uint32_t id = (uint32_t)cs->c[i].id;
+            if (!(bits[id >> 6] >> (id & 63) & 1)) cs->c[i].logit = -INFINITY;
+        }
+    }
     return cset_drop_banned(cs);
 }
 
@@ -370,7 +383,8 @@ sampler_t *sampler_create_chain(const tern_sampler_params_t *p, const tern_sampl
     s->cand = tern_calloc((size_t)n_vocab, sizeof *s->cand);
     s->prob = tern_calloc((size_t)n_vocab, sizeof *s->prob);
     s->where = tern_calloc((size_t)n_vocab, sizeof *s->where);
-    if (!s->window || !s->seen || !s->counts || !s->cand || !s->prob || !s->where) goto oom;
+    s->top = malloc(((size_t)(p->top_k > 0 ? (p->top_k < n_vocab ? p->top_k : n_vocab) : 0) + 33) * sizeof *s->top);
+    if (!s->window || !s->seen || !s->counts || !s->cand || !s->prob || !s->where || !s->top) goto oom;
     sampler_reset(s);
     return s;
 oom:
@@ -402,6 +416,7 @@ void sampler_free(sampler_t *s) {
     tern_free(s->cand);
     tern_free(s->prob);
     tern_free(s->where);
+    free(s->top);
     free(s);
 }
 
@@ -409,6 +424,8 @@ int sampler_chain(const sampler_t *s, tern_sampler_stage_t *out, int cap) {
     for (int i = 0; i < s->n_stages && i < cap; i++) out[i] = s->stages[i].kind;
     return s->n_stages;
 }
+
+void sampler_set_matcher(sampler_t *s, gmatcher_t *m) { s->matcher = m; }
 
 void sampler_set_mask(sampler_t *s, tern_mask_fn fn, void *user) {
     s->mask_fn = fn;
@@ -459,11 +476,82 @@ void sampler_accept(sampler_t *s, int32_t id) {
  * truncations and TEMP never change which candidate is the best. */
 static bool changes_logits(const sampler_t *s, const stage_t *st) {
     switch (st->kind) {
-    case TERN_STAGE_MASK: return s->mask_fn != NULL;
+    case TERN_STAGE_MASK: return s->mask_fn != NULL || s->matcher != NULL;
     case TERN_STAGE_LOGIT_BIAS: return s->n_bias > 0;
     case TERN_STAGE_PENALTIES: return penalties_on(s);
     default: return false;
     }
+}
+
+/* A grammar's MASK stage without a whole mask when it can be skipped
+ * exactly. In a chain that starts MASK, [LOGIT_BIAS], [PENALTIES], then
+ * GREEDY or TOP_K (k > 0), the masked chain keeps the best one (or k)
+ * candidates the grammar allows, in cand_before order; bias and penalties
+ * commute with the mask (a banned logit stays -INFINITY through them). So:
+ * apply bias and penalties, take the best k + 32 candidates, and ask the
+ * matcher about them one by one in order; when k of them are allowed (or
+ * every candidate was asked) those are exactly what the full mask would
+ * have left. Otherwise compute the whole mask, as the plain stage does.
+ * Returns 1 (cs->chosen set: greedy), 0 (continue the chain at *next),
+ * -1 (no candidate). */
+static int grammar_first(sampler_t *s, cset_t *cs, int *next) {
+    int j = 1;
+    while (j < s->n_stages &&
+           (s->stages[j].kind == TERN_STAGE_LOGIT_BIAS || s->stages[j].kind == TERN_STAGE_PENALTIES))
+        j++;
+    const stage_t *K = &s->stages[j];
+    if (!(K->kind == TERN_STAGE_GREEDY || (K->kind == TERN_STAGE_TOP_K && K->k > 0))) return 0;
+    if (s->mask_fn) { /* the application's mask first, exactly as st_mask */
+        if (s->mask_fn(s->mask_user, cs->c, cs->n)) return -1;
+        cs->sorted = false;
+    }
+    if (cset_drop_banned(cs)) return -1;
+    for (int i = 1; i < j; i++)
+        if (s->stages[i].apply(s, &s->stages[i], cs)) return -1;
+    const int32_t want = K->kind == TERN_STAGE_GREEDY ? 1 : K->k < s->n_vocab ? K->k : s->n_vocab;
+    const int32_t T = want + 32;
+    /* the best T by a bounded min-heap, then sorted best first; banned
+     * (-INFINITY, NaN) candidates never enter */
+    cand_t *h = s->top;
+    int32_t nh = 0;
+    for (int32_t i = 0; i < cs->n; i++) {
+        const cand_t c = cs->c[i];
+        if (!(c.logit > -INFINITY)) continue;
+        if (nh < T) {
+            h[nh++] = c;
+            if (nh == T)
+                for (int32_t q = T / 2 - 1; q >= 0; q--) heap_down(h, T, q);
+        } else if (cand_before(&c, &h[0])) {
+            h[0] = c;
+            heap_down(h, T, 0);
+        }
+    }
+    qsort(h, (size_t)nh, sizeof *h, cand_cmp);
+    int32_t got = 0;
+    for (int32_t i = 0; i < nh && got < want; i++)
+        if (gmatcher_allows(s->matcher, h[i].id)) h[got++] = h[i];
+    if (got < want && nh == T) { /* not decided by the best T: the whole mask */
+        const uint64_t *bits = gmatcher_mask(s->matcher);
+        if (!bits) return -1;
+        for (int32_t i = 0; i < cs->n; i++) {
+            uint32_t id = (uint32_t)cs->c[i].id;
+            if (!(bits[id >> 6] >> (id & 63) & 1)) cs->c[i].logit = -INFINITY;
+        }
+        if (cset_drop_banned(cs)) return -1;
+        *next = j;
+        return 0;
+    }
+    if (!got) return -1;
+    memcpy(cs->c, h, (size_t)got * sizeof *h);
+    cs->n = got;
+    cs->dense = false;
+    cs->sorted = true;
+    if (K->kind == TERN_STAGE_GREEDY) {
+        cs->chosen = cs->c[0].id;
+        return 1;
+    }
+    *next = j + 1; /* TOP_K is done */
+    return 0;
 }
 
 int32_t sampler_sample(sampler_t *s, const float *logits) {
@@ -483,7 +571,13 @@ int32_t sampler_sample(sampler_t *s, const float *logits) {
         cs.c[i].id = i;
         cs.c[i].logit = logits[i];
     }
-    for (int i = 0; i < s->n_stages; i++)
+    int i = 0;
+    if (s->matcher && s->stages[0].kind == TERN_STAGE_MASK) {
+        int r = grammar_first(s, &cs, &i);
+        if (r < 0) return -1;
+        if (r == 1) return cs.chosen;
+    }
+    for (; i < s->n_stages; i++)
         if (s->stages[i].apply(s, &s->stages[i], &cs)) return -1;
     return cs.chosen;
 }

@@ -35,6 +35,11 @@ void sampler_free(sampler_t *s);
 /* The chain's stages into out (at most cap); returns their count. */
 int sampler_chain(const sampler_t *s, tern_sampler_stage_t *out, int cap);
 
+/* A grammar matcher (borrowed; NULL removes it): the MASK stage allows only
+ * the tokens it allows (after the callback, if both are set). The sampler
+ * never advances it: the caller accepts each chosen token into it. */
+struct gmatcher;
+void sampler_set_matcher(sampler_t *s, struct gmatcher *m);
 /* The MASK stage's callback (NULL: the stage does nothing). */
 void sampler_set_mask(sampler_t *s, tern_mask_fn fn, void *user);
 /* Replace the LOGIT_BIAS list by a copy of n entries (0: none). TERN_EINVAL
