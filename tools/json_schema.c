@@ -980,8 +980,8 @@ static int gen_object(js_t *c, const kws_t *k, const char *base, sb_t *body, con
         sb_t h = {0};
         for (i = f < n ? f : n; !rc && i >= 0; i--) {
             sb_reset(c, &h);
-            if (i == n) { /* f == n: every member optional */
-                if (extras) rc = sb_printf(c, &h, "%s ( \",\" ws %s )*", xkv, xkv);
+            if (i == n) { /* f == n: every member optional, so may the extras be */
+                if (extras) rc = sb_printf(c, &h, "( %s ( \",\" ws %s )* )?", xkv, xkv);
             } else {
                 int opt = !isreq[i];
                 const char *tl = rest[i + 1];
