@@ -24,8 +24,8 @@ src/model/         core/ format/ kernels/ model/ tern_error.h tern_pool.h
 src/text/          core/ format/ text/ tern_error.h tern_sampler.h
 src/api/           core/ format/ kernels/ model/ text/ api/ tern.h tern_error.h tern_pool.h tern_sampler.h
 tools/server/      server/ srv.h cmds.h model_args.h json_schema.h tern.h tern_error.h tern_sampler.h
-tools/dev/         core/ format/ kernels/ model/ text/ dev/ cmds.h bench.h probe.h tern.h tern_error.h tern_pool.h tern_sampler.h
-tools/             cmds.h run_args.h model_args.h bench.h probe.h disk_probe.h json_schema.h tern.h tern_error.h tern_pool.h tern_sampler.h
+tools/dev/         core/ format/ kernels/ model/ text/ dev/ cmds.h json_schema.h bench.h probe.h tern.h tern_error.h tern_pool.h tern_sampler.h
+tools/             cmds.h run_args.h model_args.h json_schema.h bench.h probe.h disk_probe.h tern.h tern_error.h tern_pool.h tern_sampler.h
 bench/             core/ format/ kernels/ bench.h probe.h disk_probe.h tern_error.h tern_pool.h
 include/           tern_error.h tern_pool.h tern_sampler.h
 tests/             *

@@ -109,6 +109,8 @@ int cmd_run(int argc, char **argv) {
     tern_context_t *c = NULL;
     tern_sampler_t *s = NULL;
     tern_session_t *ses = NULL;
+    tern_grammar_t *gram = NULL;
+    tern_matcher_t *gmt = NULL;
     int32_t *ids = NULL;
     size_t n_ids = 0;
     char *text = NULL;
@@ -137,6 +139,19 @@ int cmd_run(int argc, char **argv) {
     if (!(s = tern_sampler_create(m, &o.sp, &err))) {
         fprintf(stderr, "tern: %s\n", err.msg);
         goto out;
+    }
+    int no_grammar;
+    char *gtext = run_grammar_text(&o, &no_grammar);
+    if (!gtext && !no_grammar) goto out;
+    if (gtext) {
+        gram = tern_grammar_create(m, gtext, strlen(gtext), NULL, &err);
+        free(gtext);
+        if (!gram || !(gmt = tern_matcher_create(gram, &err))) {
+            fprintf(stderr, "tern: %s\n", err.msg);
+            goto out;
+        }
+        tern_sampler_set_matcher(s, gmt);
+        fprintf(stderr, "tern: grammar compiled for the vocabulary in %.1f ms\n", tern_grammar_compile_ms(gram));
     }
     int32_t n_restored = 0;
     if (o.session) {
@@ -205,6 +220,8 @@ out:
     free(text);
     tern_session_close(ses);
     tern_sampler_free(s);
+    tern_matcher_free(gmt);
+    tern_grammar_free(gram);
     tern_context_free(c);
     tern_model_free(m);
     return rc;

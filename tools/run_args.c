@@ -8,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef TERN_HAVE_SERVER
+#include "json_schema.h"
+#endif
+
 static void usage(const char *cmd, FILE *out) {
     fprintf(out,
             "usage: tern %s -m FILE [options]\n"
@@ -50,7 +54,11 @@ static void usage(const char *cmd, FILE *out) {
                 "  --top-k N                 (default 40, 0 off)  --top-p F (default 0.95, 1 off)\n"
                 "  --min-p F                 (default 0.05, 0 off)\n"
                 "  --temp F                  (default 0.8; 0 = greedy)\n"
-                "  -s, --seed N              RNG seed (default 0x7e57); the same seed reproduces a run\n");
+                "  -s, --seed N              RNG seed (default 0x7e57); the same seed reproduces a run\n"
+                "constrained output (tern run):\n"
+                "  --grammar TEXT            GBNF grammar the output must match (start rule: root)\n"
+                "  --grammar-file FILE       the same, from a file\n"
+                "  --json-schema FILE|TEXT   JSON schema the output must follow (TEXT when it starts with '{')\n");
 }
 
 static int parse_i32(const char *s, const char *flag, int32_t lo, int32_t hi, int32_t *out) {
@@ -189,6 +197,15 @@ int run_opts_parse(run_opts_t *o, int argc, char **argv, const char *cmd) {
             o->no_display_prompt = 1;
         } else if (IS("--profile")) {
             o->profile = 1;
+        } else if (IS("--grammar")) {
+            NEED();
+            o->grammar = v;
+        } else if (IS("--grammar-file")) {
+            NEED();
+            o->grammar_file = v;
+        } else if (IS("--json-schema")) {
+            NEED();
+            o->json_schema = v;
         } else {
             fprintf(stderr, "tern %s: unknown option '%s' (see tern %s --help)\n", cmd, a, cmd);
             return 2;
@@ -348,3 +365,38 @@ void run_print_timings(const tern_model_t *m, const tern_context_t *c, const run
 }
 
 tern_model_t *run_load_model(const run_opts_t *o, const char *cmd) { return model_args_load(o->model, &o->ma, cmd); }
+
+char *run_grammar_text(const run_opts_t *o, int *none) {
+    *none = 0;
+    int n = !!o->grammar + !!o->grammar_file + !!o->json_schema;
+    if (n == 0) {
+        *none = 1;
+        return NULL;
+    }
+    if (n > 1) {
+        fprintf(stderr, "tern: give one of --grammar, --grammar-file and --json-schema\n");
+        return NULL;
+    }
+    if (o->grammar) return strdup(o->grammar);
+    if (o->grammar_file) return run_read_file(o->grammar_file, NULL);
+#ifdef TERN_HAVE_SERVER
+    size_t len = 0;
+    const char *p = o->json_schema;
+    while (*p == ' ' || *p == '\t' || *p == '\n') p++;
+    char *file = NULL;
+    if (*p != '{' && !(file = run_read_file(o->json_schema, &len))) return NULL;
+    const char *schema = file ? file : p;
+    if (!file) len = strlen(schema);
+    char *gbnf = NULL;
+    tern_error_t err = {0};
+    if (tern_json_schema_to_gbnf(schema, len, &gbnf, &err)) {
+        fprintf(stderr, "tern: %s\n", err.msg);
+        gbnf = NULL;
+    }
+    free(file);
+    return gbnf;
+#else
+    fprintf(stderr, "tern: --json-schema needs a build with cJSON (the server's build)\n");
+    return NULL;
+#endif
+}

@@ -28,7 +28,15 @@ typedef struct {
     const char *session; /* run, chat: session file (prompt cache), or NULL */
     model_args_t ma;     /* how the model is loaded (the expert cache) */
     tern_sampler_params_t sp;
+    /* constrained output (run): at most one of them */
+    const char *grammar;      /* GBNF text */
+    const char *grammar_file; /* GBNF file */
+    const char *json_schema;  /* a JSON schema: a file, or the text itself when it starts with '{' */
 } run_opts_t;
+
+/* The GBNF text o asks for (malloc'd), or NULL with *none set when it asks
+ * for no grammar; NULL with *none 0 after an error (printed). */
+char *run_grammar_text(const run_opts_t *o, int *none);
 
 /* Parse argv[1..]; cmd names the subcommand for messages and help ("run",
  * "chat", "perplexity"). Returns 0 to proceed, 1 when --help was printed,

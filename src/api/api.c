@@ -667,6 +667,11 @@ int tern_generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, i
         int32_t id = sampler_sample(s->s, model_ctx_logits(c->mc));
         c->t.sample_ns += tern_now_ns() - t0;
         c->t.n_sample++;
+        if (id < 0 && s->mt && gmatcher_finished(s->mt->m)) { /* the grammar is complete and the
+                                                                * vocabulary has no end token */
+            why = TERN_STOP_EOG;
+            break;
+        }
         if (id < 0) {
             rc = tern_err(err, TERN_EINVAL,
                           "tern_generate: the sampler allowed no token (the mask or the logit bias banned every one, "

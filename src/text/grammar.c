@@ -1388,17 +1388,138 @@ nomem:
  * Trie walks: token classes (local) and whole masks (full)
  * ========================================================================== */
 
+/* A walk moves between stack sets; most walks visit few distinct ones (a
+ * string's content loops on one), so sets are interned (state ids, by
+ * content) and each (state, code point) transition is computed once per
+ * walk and then looked up: the trie walk costs a hash probe per node. */
+typedef struct {
+    uint64_t key; /* state << 21 | code point */
+    uint32_t val; /* next state */
+    uint32_t gen; /* valid when it is the walk's generation */
+} tslot_t;
+
 typedef struct {
     const grammar_t *g;
     const gvocab_t *v;
     xp_t x;
-    sset_t *lvl;      /* per depth, GRAMMAR_MAX_PIECE + 1, allocated on use */
     bool local;       /* class walk: an empty stack is an escape from p's rule */
     uint64_t *bits;   /* accepted ids */
     uint64_t *ubits;  /* uncertain ids (local walks) */
     size_t n_unc;
     bool failed;
+    /* interned states of the current walk */
+    sset_t *st;
+    uint64_t *st_hash;
+    uint32_t n_st, cap_st;
+    uint32_t *itab; /* open addressing: state + 1, 0 empty */
+    uint32_t itab_cap;
+    tslot_t *tt;
+    uint32_t tt_cap, tt_n, gen;
+    sset_t scratch;
 } walk_t;
+
+static uint64_t sset_hash(const sset_t *s) {
+    uint64_t h = 0x51afd7ed558ccdull ^ s->n ^ ((uint64_t)s->done << 40);
+    for (uint32_t i = 0; i < s->n; i++) {
+        h ^= s->hash[i];
+        h *= 0x9e3779b97f4a7c15ull;
+        h ^= h >> 31;
+    }
+    return h;
+}
+
+static bool sset_equal(const sset_t *a, const sset_t *b) {
+    if (a->n != b->n || a->done != b->done) return false;
+    for (uint32_t i = 0; i < a->n; i++) {
+        uint32_t la, lb;
+        const uint32_t *x = sset_stack(a, i, &la), *y = sset_stack(b, i, &lb);
+        if (la != lb || memcmp(x, y, la * sizeof *x)) return false;
+    }
+    return true;
+}
+
+/* Start a walk: forget the previous walk's states and transitions. */
+static void walk_reset(walk_t *w) {
+    w->n_st = 0;
+    w->gen++;
+    w->tt_n = 0;
+    if (w->itab) memset(w->itab, 0, w->itab_cap * sizeof *w->itab);
+}
+
+/* The id of a state equal to s (copied in when new); UINT32_MAX: no memory. */
+static uint32_t intern(walk_t *w, const sset_t *s) {
+    if (s->failed) return UINT32_MAX;
+    uint64_t h = sset_hash(s);
+    if ((w->n_st + 1) * 2 > w->itab_cap) { /* grow and rehash */
+        uint32_t nc = w->itab_cap ? w->itab_cap * 2 : 256;
+        uint32_t *nt = calloc(nc, sizeof *nt);
+        if (!nt) return UINT32_MAX;
+        for (uint32_t k = 0; k < w->n_st; k++) {
+            uint32_t q = (uint32_t)w->st_hash[k] & (nc - 1);
+            while (nt[q]) q = (q + 1) & (nc - 1);
+            nt[q] = k + 1;
+        }
+        free(w->itab);
+        w->itab = nt;
+        w->itab_cap = nc;
+    }
+    uint32_t q = (uint32_t)h & (w->itab_cap - 1);
+    for (; w->itab[q]; q = (q + 1) & (w->itab_cap - 1)) {
+        uint32_t k = w->itab[q] - 1;
+        if (w->st_hash[k] == h && sset_equal(&w->st[k], s)) return k;
+    }
+    if (w->n_st == w->cap_st) {
+        uint32_t nc = w->cap_st ? w->cap_st * 2 : 64;
+        sset_t *ns = realloc(w->st, nc * sizeof *ns);
+        if (!ns) return UINT32_MAX;
+        memset(ns + w->cap_st, 0, (nc - w->cap_st) * sizeof *ns);
+        w->st = ns;
+        uint64_t *nh = realloc(w->st_hash, nc * sizeof *nh);
+        if (!nh) return UINT32_MAX;
+        w->st_hash = nh;
+        w->cap_st = nc;
+    }
+    uint32_t k = w->n_st;
+    if (sset_copy(&w->st[k], s)) return UINT32_MAX;
+    w->st_hash[k] = h;
+    w->itab[q] = k + 1;
+    w->n_st++;
+    return k;
+}
+
+static uint32_t trans(walk_t *w, uint32_t sid, uint32_t cp) {
+    const uint64_t key = (uint64_t)sid << 21 | cp;
+    if ((w->tt_n + 1) * 2 > w->tt_cap) {
+        uint32_t nc = w->tt_cap ? w->tt_cap * 2 : 1024;
+        tslot_t *nt = calloc(nc, sizeof *nt);
+        if (!nt) {
+            w->failed = true;
+            return UINT32_MAX;
+        }
+        for (uint32_t k = 0; k < w->tt_cap; k++) {
+            if (w->tt[k].gen != w->gen) continue;
+            uint32_t q = (uint32_t)((w->tt[k].key * 0x9e3779b97f4a7c15ull) >> 32) & (nc - 1);
+            while (nt[q].gen == w->gen) q = (q + 1) & (nc - 1);
+            nt[q] = w->tt[k];
+        }
+        free(w->tt);
+        w->tt = nt;
+        w->tt_cap = nc;
+    }
+    uint32_t q = (uint32_t)((key * 0x9e3779b97f4a7c15ull) >> 32) & (w->tt_cap - 1);
+    for (; w->tt[q].gen == w->gen; q = (q + 1) & (w->tt_cap - 1))
+        if (w->tt[q].key == key) return w->tt[q].val;
+    sset_clear(&w->scratch);
+    sset_advance(&w->x, &w->st[sid], cp, &w->scratch);
+    uint32_t nid = intern(w, &w->scratch);
+    if (nid == UINT32_MAX) {
+        w->failed = true;
+        return UINT32_MAX;
+    }
+    w->tt[q] = (tslot_t){key, nid, w->gen};
+    w->tt_n++;
+    return nid;
+}
 
 static void add_unc(walk_t *w, uint32_t lo, uint32_t hi) {
     for (uint32_t k = lo; k < hi; k++) {
@@ -1408,26 +1529,23 @@ static void add_unc(walk_t *w, uint32_t lo, uint32_t hi) {
     w->n_unc += hi - lo;
 }
 
-static void walk(walk_t *w, uint32_t node, uint32_t depth, const sset_t *S, u8s_t u, bool esc_before) {
+static void walk(walk_t *w, uint32_t node, uint32_t sid, u8s_t u, bool esc_before) {
     const gvocab_t *v = w->v;
-    sset_t *S2 = &w->lvl[depth + 1];
-    for (uint32_t c = v->nodes[node].first; c; c = v->nodes[c].next) {
+    for (uint32_t c = v->nodes[node].first; c && !w->failed; c = v->nodes[c].next) {
         const tnode_t *cn = &v->nodes[c];
         u8s_t u2 = u;
         uint32_t cp = 0;
         int r = u8_step(&u2, cn->byte, &cp);
         if (r < 0) continue; /* invalid UTF-8: every token below is rejected */
-        const sset_t *N = S;
+        uint32_t nid = sid;
         bool live, end_here = false;
         if (r == 1) {
-            sset_clear(S2);
-            sset_advance(&w->x, S, cp, S2);
-            if (S2->failed) w->failed = true;
-            N = S2;
-            end_here = S2->done; /* local: escaped from p's rule; full: parse complete */
-            live = N->n > 0;
+            nid = trans(w, sid, cp);
+            if (nid == UINT32_MAX) return;
+            end_here = w->st[nid].done; /* local: escaped from p's rule; full: parse complete */
+            live = w->st[nid].n > 0;
         } else {
-            live = S->n > 0 && partial_ok(w->g, S, u2);
+            live = w->st[sid].n > 0 && partial_ok(w->g, &w->st[sid], u2);
         }
         bool esc = w->local && (esc_before || end_here);
         /* tokens ending at this node */
@@ -1443,11 +1561,22 @@ static void walk(walk_t *w, uint32_t node, uint32_t depth, const sset_t *S, u8s_
         }
         if (cn->sub_hi > cn->tok_hi) { /* longer tokens below */
             if (live)
-                walk(w, c, depth + 1, N, u2, esc);
+                walk(w, c, nid, u2, esc);
             else if (esc)
                 add_unc(w, cn->tok_hi, cn->sub_hi);
         }
     }
+}
+
+/* Walk the trie from state S with pending bytes u. */
+static void walk_from(walk_t *w, const sset_t *S, u8s_t u) {
+    walk_reset(w);
+    uint32_t sid = intern(w, S);
+    if (sid == UINT32_MAX) {
+        w->failed = true;
+        return;
+    }
+    walk(w, 0, sid, u, false);
 }
 
 static int walk_init(walk_t *w, const grammar_t *g, bool local) {
@@ -1455,14 +1584,16 @@ static int walk_init(walk_t *w, const grammar_t *g, bool local) {
     w->g = g;
     w->v = g->v;
     w->local = local;
-    w->lvl = calloc(GRAMMAR_MAX_PIECE + 2, sizeof *w->lvl);
-    if (!w->lvl || xp_init(&w->x, g)) return -1;
+    if (xp_init(&w->x, g)) return -1;
     return 0;
 }
 static void walk_free(walk_t *w) {
-    if (w->lvl)
-        for (int i = 0; i < GRAMMAR_MAX_PIECE + 2; i++) sset_free(&w->lvl[i]);
-    free(w->lvl);
+    for (uint32_t i = 0; i < w->cap_st; i++) sset_free(&w->st[i]);
+    free(w->st);
+    free(w->st_hash);
+    free(w->itab);
+    free(w->tt);
+    sset_free(&w->scratch);
     xp_free(&w->x);
 }
 
@@ -1542,7 +1673,7 @@ int grammar_bind(grammar_t *g, const gvocab_t *v, tern_error_t *err) {
         tclass_t *tc = &g->cls[g->cls_of[e]];
         memset(bits, 0, 2 * nw * sizeof *bits);
         w.n_unc = 0;
-        sset_t *S = &w.lvl[0];
+        sset_t *S = &w.scratch;
         sset_clear(S);
         /* the stack suffix every stack with e on top has (see below_analysis) */
         uint32_t chain[BELOW_MAX + 1], n = 0, r = g->rule_of[e];
@@ -1559,7 +1690,13 @@ int grammar_bind(grammar_t *g, const gvocab_t *v, tern_error_t *err) {
         /* a suffix down to the stack's bottom: nothing lies below, so an
          * empty stack means the text is complete (no uncertain tokens) */
         w.local = !bottom;
-        walk(&w, 0, 0, S, (u8s_t){0, 0}, false);
+        sset_t start = {0};
+        if (sset_copy(&start, S)) {
+            sset_free(&start);
+            goto nomem_w;
+        }
+        walk_from(&w, &start, (u8s_t){0, 0});
+        sset_free(&start);
         uint32_t na = 0;
         for (size_t i = 0; i < nw; i++) na += (uint32_t)__builtin_popcountll(bits[i]);
         if ((size_t)na * 32 < (size_t)v->n_vocab) {
@@ -1629,6 +1766,7 @@ struct gmatcher {
     uint32_t *ord;   /* scratch: stack order */
     size_t ord_cap;
     walk_t *full;    /* for states with pending bytes */
+    bool no_memo;
     gmatcher_stats_t st;
 };
 
@@ -1847,7 +1985,7 @@ static void mask_compute(gmatcher_t *m, uint64_t *bits) {
         }
         m->full->bits = bits;
         m->st.full_walks++;
-        walk(m->full, 0, 0, &m->S, m->u, false);
+        walk_from(m->full, &m->S, m->u);
         return;
     }
     for (uint32_t i = 0; i < m->S.n; i++) {
@@ -1875,8 +2013,14 @@ static void mask_compute(gmatcher_t *m, uint64_t *bits) {
     set_eog(m, bits);
 }
 
+void gmatcher_set_memo(gmatcher_t *m, bool on) { m->no_memo = !on; }
+
 const uint64_t *gmatcher_mask(gmatcher_t *m) {
     m->st.masks++;
+    if (m->no_memo) {
+        mask_compute(m, m->bits);
+        return m->bits;
+    }
     size_t kl = canon(m);
     if (!kl) return NULL;
     uint64_t h = hash_stack(m->key, (uint32_t)kl);

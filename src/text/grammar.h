@@ -83,6 +83,10 @@ const uint64_t *gmatcher_mask(gmatcher_t *m);
  * next character, repeatedly), at most cap; returns the count. */
 size_t gmatcher_forced(const gmatcher_t *m, char *buf, size_t cap);
 
+/* Keep (default) or skip the memo of masks by state (benchmarks measure
+ * the cost of a mask computed afresh with it off). */
+void gmatcher_set_memo(gmatcher_t *m, bool on);
+
 typedef struct {
     uint64_t masks, memo_hits, uncertain_checked, full_walks;
 } gmatcher_stats_t;
