@@ -1203,10 +1203,14 @@ static void sset_expand_from(xp_t *x, const uint32_t *st, uint32_t len, sset_t *
 
 typedef struct {
     uint32_t val;
-    uint32_t rem; /* continuation bytes still expected */
+    uint32_t rem;  /* continuation bytes still expected */
+    uint32_t lead; /* the lead byte while its first continuation is pending, else 0 */
 } u8s_t;
 
-/* 1: cp complete; 0: partial; -1: invalid. */
+/* 1: cp complete; 0: partial; -1: invalid (stray continuation, overlong
+ * form, surrogate, beyond U+10FFFF: checked at the first continuation
+ * byte, so every prefix a state keeps can still complete to a valid code
+ * point). */
 static inline int u8_step(u8s_t *s, uint8_t b, uint32_t *cp) {
     if (s->rem == 0) {
         if (b < 0x80) {
@@ -1226,20 +1230,31 @@ static inline int u8_step(u8s_t *s, uint8_t b, uint32_t *cp) {
         } else {
             return -1;
         }
+        s->lead = b;
         return 0;
     }
     if ((b & 0xC0) != 0x80) return -1;
+    if (s->lead) {
+        if ((s->lead == 0xE0 && b < 0xA0) || (s->lead == 0xED && b > 0x9F) || (s->lead == 0xF0 && b < 0x90) ||
+            (s->lead == 0xF4 && b > 0x8F))
+            return -1;
+        s->lead = 0;
+    }
     s->val = (s->val << 6) | (b & 0x3Fu);
     if (--s->rem) return 0;
     *cp = s->val;
     s->val = 0;
-    return *cp <= 0x10FFFF ? 1 : -1;
+    return 1;
 }
 
 /* Whether some stack of s can match a code point starting with the pending
  * bytes of u. */
 static bool partial_ok(const grammar_t *g, const sset_t *s, u8s_t u) {
     uint32_t sh = 6 * u.rem, lo = u.val << sh, hi = lo | ((1u << sh) - 1);
+    if (u.lead >= 0xE0 && u.lead < 0xF0 && lo < 0x800) lo = 0x800; /* no overlong forms */
+    if (u.lead == 0xED && hi > 0xD7FF) hi = 0xD7FF;                 /* no surrogates */
+    if (u.lead >= 0xF0 && lo < 0x10000) lo = 0x10000;
+    if (hi > 0x10FFFF) hi = 0x10FFFF;
     for (uint32_t i = 0; i < s->n; i++) {
         uint32_t len;
         const uint32_t *st = sset_stack(s, i, &len);
@@ -1695,7 +1710,7 @@ int grammar_bind(grammar_t *g, const gvocab_t *v, tern_error_t *err) {
             sset_free(&start);
             goto nomem_w;
         }
-        walk_from(&w, &start, (u8s_t){0, 0});
+        walk_from(&w, &start, (u8s_t){0, 0, 0});
         sset_free(&start);
         uint32_t na = 0;
         for (size_t i = 0; i < nw; i++) na += (uint32_t)__builtin_popcountll(bits[i]);
@@ -1772,7 +1787,7 @@ struct gmatcher {
 
 static void start_state(gmatcher_t *m) {
     sset_clear(&m->S);
-    m->u = (u8s_t){0, 0};
+    m->u = (u8s_t){0, 0, 0};
     m->ended = false;
     const grammar_t *g = m->g;
     uint32_t root_ref_elem = UINT32_MAX;
@@ -1940,7 +1955,7 @@ static size_t canon(gmatcher_t *m) {
     }
     size_t k = 0;
     m->key[k++] = m->u.val;
-    m->key[k++] = m->u.rem;
+    m->key[k++] = m->u.rem | m->u.lead << 8;
     m->key[k++] = S->done | (m->ended ? 2u : 0u);
     m->key[k++] = S->n;
     for (uint32_t i = 0; i < S->n; i++) {
@@ -1966,7 +1981,7 @@ static bool stack_accepts(gmatcher_t *m, const uint32_t *st, uint32_t len, int32
     sset_add(&m->C, st, len);
     sset_t *o;
     u8s_t u;
-    return run_bytes(m, &m->C, (u8s_t){0, 0}, (const uint8_t *)v->piece[id], v->plen[id], &o, &u) == 0;
+    return run_bytes(m, &m->C, (u8s_t){0, 0, 0}, (const uint8_t *)v->piece[id], v->plen[id], &o, &u) == 0;
 }
 
 static void mask_compute(gmatcher_t *m, uint64_t *bits) {
