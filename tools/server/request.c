@@ -24,6 +24,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "json_schema.h"
 #include "srv.h"
 
 #define DEFAULT_MAX_MESSAGES 512
@@ -363,6 +364,20 @@ static uint64_t random_seed(void) {
 }
 
 /* Everything but messages/prompt. */
+/* r->grammar from a schema value (converted to GBNF). */
+static int schema_grammar(const cJSON *schema, srv_request_t *r, char *msg, size_t cap) {
+    char *text = cJSON_PrintUnformatted(schema);
+    if (!text) return snprintf(msg, cap, "Out of memory"), 500;
+    tern_error_t err = {0};
+    char *gbnf = NULL;
+    int rc = tern_json_schema_to_gbnf(text, strlen(text), &gbnf, &err);
+    free(text);
+    if (rc == TERN_ENOMEM) return snprintf(msg, cap, "Out of memory"), 500;
+    if (rc) return fail(msg, cap, "response_format: %s", err.msg);
+    r->grammar = gbnf;
+    return 0;
+}
+
 static int parse_common(srv_kind_t kind, const cJSON *root, srv_request_t *r, char *msg, size_t cap) {
     int rc;
     double d;
@@ -461,10 +476,29 @@ static int parse_common(srv_kind_t kind, const cJSON *root, srv_request_t *r, ch
         const cJSON *t = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
         if (!cJSON_IsString(t) || !t->valuestring)
             return fail(msg, cap, "response_format: must be an object with a \"type\"");
-        if (!strcmp(t->valuestring, "json_object") || !strcmp(t->valuestring, "json_schema"))
-            return fail(msg, cap, "response_format %s needs grammar support, not available yet", t->valuestring);
-        if (strcmp(t->valuestring, "text") != 0)
+        if (!strcmp(t->valuestring, "json_object")) {
+            if (!(r->grammar = strdup(tern_json_object_gbnf()))) return snprintf(msg, cap, "Out of memory"), 500;
+        } else if (!strcmp(t->valuestring, "json_schema")) {
+            /* OpenAI: {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}} */
+            const cJSON *js = cJSON_GetObjectItemCaseSensitive(rf, "json_schema");
+            const cJSON *sc = cJSON_IsObject(js) ? cJSON_GetObjectItemCaseSensitive(js, "schema") : NULL;
+            if (!cJSON_IsObject(sc) && !cJSON_IsBool(sc))
+                return fail(msg, cap, "response_format: json_schema needs an object \"json_schema\" with a \"schema\"");
+            if ((rc = schema_grammar(sc, r, msg, cap))) return rc;
+        } else if (strcmp(t->valuestring, "text") != 0) {
             return fail(msg, cap, "response_format: unknown type (text, json_object, json_schema)");
+        }
+    }
+    /* llama-server's fields: "json_schema" (a schema) and "grammar" (GBNF) */
+    const cJSON *js = field(root, "json_schema");
+    if (js && !cJSON_IsNull(js)) {
+        if (r->grammar) return fail(msg, cap, "json_schema: give one of response_format, json_schema and grammar");
+        if ((rc = schema_grammar(js, r, msg, cap))) return rc;
+    }
+    if ((rc = get_str(root, "grammar", &s, msg, cap)) > 1) return rc;
+    if (rc == 1 && *s) {
+        if (r->grammar) return fail(msg, cap, "grammar: give one of response_format, json_schema and grammar");
+        if (!(r->grammar = strdup(s))) return snprintf(msg, cap, "Out of memory"), 500;
     }
 
     if ((rc = get_str(root, "session_id", &s, msg, cap)) > 1) return rc;
@@ -524,6 +558,13 @@ int srv_request_prepare(const tern_model_t *m, srv_request_t *r, const srv_limit
     if (msg && msg_cap) msg[0] = 0;
     if (!m || !r) return fail(msg, msg_cap, "Internal error: no model or request");
     tern_error_t err = {0};
+    if (r->grammar && !r->gram) {
+        r->gram = tern_grammar_create(m, r->grammar, strlen(r->grammar), NULL, &err);
+        if (!r->gram) {
+            if (err.code == TERN_ENOMEM) return snprintf(msg, msg_cap, "Out of memory"), 500;
+            return fail(msg, msg_cap, "grammar: %s", err.msg);
+        }
+    }
     int32_t n_vocab = tern_model_n_vocab(m);
     if (r->kind == SRV_KIND_CHAT || r->prompt_text) {
         char *text = NULL;
@@ -579,6 +620,8 @@ void srv_request_free(srv_request_t *r) {
     free(r->prompt_text);
     free(r->prompt_ids);
     free(r->bias);
+    free(r->grammar);
+    tern_grammar_free(r->gram);
     for (int i = 0; i < r->n_stop && i < SRV_MAX_STOP; i++) free(r->stop[i]);
     srv_request_t z;
     memset(&z, 0, sizeof z);

@@ -89,6 +89,7 @@ struct srv_job {
     int32_t last_tok;
     int stop_hold;   /* longest stop string - 1 */
     tern_sampler_t *smp;
+    tern_matcher_t *mt; /* the request's grammar, when it has one */
     tern_detok_t *dt;
     tern_session_t *sess;
     double t_submit, t_admit, t_prompt_done, t_last_tok;
@@ -168,6 +169,7 @@ static void hist_add(hist_t *h, double v) {
 static void job_free(srv_job_t *j) {
     if (!j) return;
     tern_sampler_free(j->smp);
+    tern_matcher_free(j->mt);
     tern_detok_free(j->dt);
     tern_session_close(j->sess);
     srv_request_free(j->req);
@@ -564,6 +566,14 @@ static int admit(srv_sched_t *s, srv_job_t *j) {
         tern_sampler_free(j->smp);
         j->smp = NULL;
     }
+    if (j->smp && r->gram) {
+        if ((j->mt = tern_matcher_create(r->gram, &err)))
+            tern_sampler_set_matcher(j->smp, j->mt);
+        else {
+            tern_sampler_free(j->smp);
+            j->smp = NULL;
+        }
+    }
     if (j->smp) j->dt = tern_detok_create(s->m, &err);
     if (!j->smp || !j->dt) {
         fail_job(s, j, 400, err.msg[0] ? err.msg : "could not set up sampling");
@@ -653,11 +663,24 @@ static int batch_reserve(srv_sched_t *s, int32_t n) {
 static void job_sample(srv_sched_t *s, srv_job_t *j, const float *logits, double t) {
     srv_request_t *r = j->req;
     int32_t id = tern_sampler_sample(j->smp, logits);
+    if (id < 0 && j->mt && tern_matcher_finished(j->mt)) { /* the grammar is complete; no end token */
+        job_finish(j, "stop", 0, NULL);
+        return;
+    }
     if (id < 0) {
-        job_finish(j, NULL, 400, "no token is allowed (logit_bias banned every candidate)");
+        job_finish(j, NULL, 400,
+                   j->mt ? "no token is allowed (the grammar and logit_bias together ban every candidate)"
+                         : "no token is allowed (logit_bias banned every candidate)");
         return;
     }
     tern_sampler_accept(j->smp, id);
+    if (j->mt) {
+        tern_error_t gerr;
+        if (tern_matcher_accept(j->mt, id, &gerr)) {
+            job_finish(j, NULL, 500, gerr.msg);
+            return;
+        }
+    }
     int first = j->n_gen == 0;
     if (first) {
         j->usage.ttft_ms = (t - j->t_submit) * 1e3;

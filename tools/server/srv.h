@@ -53,6 +53,11 @@ typedef struct {
     int logprobs;          /* 1: per-token logprobs in the answer */
     int top_logprobs;      /* 0 .. SRV_MAX_TOP_LOGPROBS */
     int ignore_eos;        /* llama-server's field */
+    /* constrained output: GBNF from "grammar" (llama-server's field) or
+     * response_format json_object / json_schema (converted at parse time);
+     * compiled for the model by srv_request_prepare */
+    char *grammar;
+    tern_grammar_t *gram;
     /* transport */
     int stream;
     int include_usage;     /* stream_options.include_usage */
