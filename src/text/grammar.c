@@ -1430,6 +1430,8 @@ typedef struct {
     uint32_t itab_cap;
     tslot_t *tt;
     uint32_t tt_cap, tt_n, gen;
+    uint32_t *asc;  /* per state, 128 entries: the ASCII transitions, UINT32_MAX unknown */
+    uint32_t asc_cap; /* states it has room for */
     sset_t scratch;
 } walk_t;
 
@@ -1496,13 +1498,33 @@ static uint32_t intern(walk_t *w, const sset_t *s) {
     }
     uint32_t k = w->n_st;
     if (sset_copy(&w->st[k], s)) return UINT32_MAX;
+    if (k >= w->asc_cap && k < 4096) { /* ASCII tables for the first 4096 states */
+        uint32_t nc = w->asc_cap ? w->asc_cap * 2 : 64;
+        uint32_t *na = realloc(w->asc, (size_t)nc * 128 * sizeof *na);
+        if (na) {
+            w->asc = na;
+            w->asc_cap = nc;
+        }
+    }
+    if (k < w->asc_cap) memset(&w->asc[(size_t)k * 128], 0xFF, 128 * sizeof *w->asc);
     w->st_hash[k] = h;
     w->itab[q] = k + 1;
     w->n_st++;
     return k;
 }
 
-static uint32_t trans(walk_t *w, uint32_t sid, uint32_t cp) {
+static uint32_t trans_slow(walk_t *w, uint32_t sid, uint32_t cp);
+
+static inline uint32_t trans(walk_t *w, uint32_t sid, uint32_t cp) {
+    if (cp < 128 && sid < w->asc_cap) {
+        uint32_t *a = &w->asc[(size_t)sid * 128 + cp];
+        if (*a == UINT32_MAX) *a = trans_slow(w, sid, cp);
+        return *a;
+    }
+    return trans_slow(w, sid, cp);
+}
+
+static uint32_t trans_slow(walk_t *w, uint32_t sid, uint32_t cp) {
     const uint64_t key = (uint64_t)sid << 21 | cp;
     if ((w->tt_n + 1) * 2 > w->tt_cap) {
         uint32_t nc = w->tt_cap ? w->tt_cap * 2 : 1024;
@@ -1608,6 +1630,7 @@ static void walk_free(walk_t *w) {
     free(w->st_hash);
     free(w->itab);
     free(w->tt);
+    free(w->asc);
     sset_free(&w->scratch);
     xp_free(&w->x);
 }
