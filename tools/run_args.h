@@ -28,6 +28,7 @@ typedef struct {
     const char *session; /* run, chat: session file (prompt cache), or NULL */
     model_args_t ma;     /* how the model is loaded (the expert cache) */
     tern_sampler_params_t sp;
+    tern_spec_params_t spec; /* run, chat: speculative decoding (n_draft_max 0: off, the default) */
 } run_opts_t;
 
 /* Parse argv[1..]; cmd names the subcommand for messages and help ("run",
@@ -63,5 +64,10 @@ void run_mark_generation(run_gen_mark_t *mk, const tern_model_t *m, const tern_c
  * evaluated. mk may be NULL. */
 void run_print_timings(const tern_model_t *m, const tern_context_t *c, const run_opts_t *o, double total_ms,
                        const run_gen_mark_t *mk);
+
+/* With speculative decoding on (o->spec.n_draft_max > 0): a line with the
+ * drafts evaluated and accepted, the acceptance rate, the passes and the
+ * tokens per pass. */
+void run_print_spec(const run_opts_t *o, const tern_spec_stats_t *st);
 
 #endif
