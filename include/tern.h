@@ -467,51 +467,59 @@ int32_t tern_drafter_n_tokens(const tern_drafter_t *d);
 int32_t tern_drafter_draft(const tern_drafter_t *d, int32_t *out, int32_t cap, int32_t *n_match);
 
 /* Adaptive draft length. It keeps two estimates:
- *   a     the probability that a draft token is accepted given the ones
- *         before it were: accepted / (accepted + rejections), each count an
- *         exponential moving average over passes (decay 0.9; a prior of
- *         one half weighted as one pass). A pass whose drafts were all
- *         accepted adds no rejection.
+ *   a(n)  for drafts that came from a match of an n-gram (n = the
+ *         drafter's n_match: a longer match is a better guess), the
+ *         probability that a draft token is accepted given the ones before
+ *         it were: accepted / (accepted + rejections), both counts moving
+ *         sums over the passes with such drafts (decay 0.9), plus a prior
+ *         weighted as one pass: the same estimate over all match lengths
+ *         (itself with a prior of one half weighted as one pass). A pass
+ *         whose drafts were all accepted adds no rejection.
  *   r(k)  the time of a pass with k drafts over that of a plain step
- *         (k = 0), from the times the caller reports (a moving average per
- *         k; for a k not yet measured, 1 + s k with s fitted by least
- *         squares to the measured ones, or s = 0.25 before any).
+ *         (k = 0), from the times the caller reports (per k the median
+ *         of the last 7, used once measured twice; else 1 + s k with s
+ *         fitted by least squares to the measured ones, or s = 0.25 before
+ *         any).
  * A pass with k drafts yields E(k) = 1 + a + ... + a^k tokens on average
- * (the tokens accepted, plus the one the sampler picks at the first
+ * (the drafts accepted, plus the token the sampler picks at the first
  * rejection or after the last draft), so drafting k pays E(k) / r(k)
  * tokens per plain step's time. tern_spec_ctl_next returns the k in
- * 1 .. n_draft_max maximizing it when that gain exceeds 1.05, else 0
- * (off). While off it still asks for a probe of min(3, n_draft_max)
- * drafts after 16 passes, so it notices when the text turns repetitive;
- * a probe that accepts less than half its drafts doubles that interval
- * (up to 256), one that accepts more shortens it to 4. Every 64 passes
- * with drafts (and before the first) it asks for one plain step (0) to
- * measure the baseline again. With params.adaptive 0 it always returns
- * n_draft_max. */
+ * 1 .. n_draft_max maximizing that when it exceeds 1.05, else 0 (off for
+ * that n). While off it still asks for a probe of min(3, n_draft_max)
+ * drafts, so it notices when the text turns repetitive, when P passes went
+ * by since the last probe: P = max(I, (r(probe) - 1) / 0.02), so that
+ * failed probes cost at most 2% of the time; I starts at 16, doubles (up
+ * to 256) after a probe that accepts less than half its drafts and drops
+ * to 4 after one that accepts more. Every 64 passes with drafts (and
+ * before the first, once a pass with drafts was timed) it asks for a plain
+ * step (0) to measure the baseline again. With params.adaptive 0 it always
+ * returns n_draft_max. */
 typedef struct tern_spec_ctl tern_spec_ctl_t;
 /* NULL on error: TERN_EINVAL (bad parameters), TERN_ENOMEM. p NULL: the defaults. */
 tern_spec_ctl_t *tern_spec_ctl_create(const tern_spec_params_t *p, tern_error_t *err);
 void tern_spec_ctl_free(tern_spec_ctl_t *ctl);
 /* Forget what was learned. */
 void tern_spec_ctl_reset(tern_spec_ctl_t *ctl);
-/* The number of drafts to evaluate in the next pass (0: a plain step). */
-int32_t tern_spec_ctl_next(tern_spec_ctl_t *ctl);
-/* A pass evaluated n_drafted drafts (n_drafted may be less than asked: the
- * drafter found fewer) and the sampler confirmed the first n_accepted;
- * n_accepted < n_drafted means draft n_accepted + 1 was rejected. A plain
- * step (n_drafted 0) is reported too: it counts toward the probes. */
-void tern_spec_ctl_observe(tern_spec_ctl_t *ctl, int32_t n_drafted, int32_t n_accepted);
+/* How many of the drafts the drafter found with a match of n_match tokens
+ * (tern_drafter_draft's *n_match) to evaluate in the next pass; 0: a plain
+ * step. n_match 0 (no draft): 0. */
+int32_t tern_spec_ctl_next(tern_spec_ctl_t *ctl, int32_t n_match);
+/* The outcome of a pass: it evaluated n_drafted drafts of a match of
+ * n_match tokens and the sampler confirmed the first n_accepted;
+ * n_accepted < n_drafted means draft n_accepted + 1 was rejected. Plain
+ * steps are reported too (n_drafted 0): they count toward the probes. */
+void tern_spec_ctl_observe(tern_spec_ctl_t *ctl, int32_t n_match, int32_t n_drafted, int32_t n_accepted);
 /* The wall time of a forward pass that evaluated n_drafted drafts (0: a
  * plain step of one token). */
 void tern_spec_ctl_time(tern_spec_ctl_t *ctl, int32_t n_drafted, uint64_t ns);
 typedef struct {
-    double accept;     /* a */
+    double accept;     /* a(n_match) */
     double cost_slope; /* s */
     double gain;       /* E(k)/r(k) of the k it would choose now (1 when 0) */
     int32_t k;         /* what tern_spec_ctl_next would return without a probe or a baseline step */
-    int32_t off;       /* 1: drafting is off (only probes) */
+    int32_t off;       /* 1: drafting is off for matches of this length (only probes) */
 } tern_spec_ctl_info_t;
-void tern_spec_ctl_info(const tern_spec_ctl_t *ctl, tern_spec_ctl_info_t *info);
+void tern_spec_ctl_info(const tern_spec_ctl_t *ctl, int32_t n_match, tern_spec_ctl_info_t *info);
 
 /* Counters of one tern_generate_spec call. */
 typedef struct {

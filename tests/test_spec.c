@@ -212,14 +212,15 @@ static void test_drafter_vs_scan(void **state) {
 
 /* ---- the controller ---- */
 
-/* A simulated pass: with acceptance acc (0..1, deterministic pattern) and a
- * pass of k drafts costing base * (1 + slope k). Returns the k asked for. */
-static int32_t sim_pass(tern_spec_ctl_t *c, double acc, double slope, uint64_t *rng) {
-    const int32_t k = tern_spec_ctl_next(c);
+/* A simulated pass on drafts of an n_match match: each draft accepted with
+ * probability acc, a pass of k drafts costing 1 + slope k plain steps.
+ * Returns the k asked for. */
+static int32_t sim_pass(tern_spec_ctl_t *c, int32_t n_match, double acc, double slope, uint64_t *rng) {
+    const int32_t k = tern_spec_ctl_next(c, n_match);
     int32_t a = 0;
     while (a < k && (double)(tu_rand(rng) % 1000) < acc * 1000.0) a++;
     tern_spec_ctl_time(c, k, (uint64_t)(1e6 * (1.0 + slope * k)));
-    tern_spec_ctl_observe(c, k, a);
+    tern_spec_ctl_observe(c, n_match, k, a);
     return k;
 }
 
@@ -230,28 +231,31 @@ static void test_ctl_off_when_rejected(void **state) {
     assert_non_null(c);
     uint64_t rng = 7;
     /* Every draft rejected, a pass with k drafts costs 1 + 0.3 k steps. */
-    for (int i = 0; i < 100; i++) sim_pass(c, 0.0, 0.3, &rng);
+    for (int i = 0; i < 100; i++) sim_pass(c, 2, 0.0, 0.3, &rng);
     tern_spec_ctl_info_t info;
-    tern_spec_ctl_info(c, &info);
+    tern_spec_ctl_info(c, 2, &info);
     assert_int_equal(info.off, 1);
     assert_int_equal(info.k, 0);
     assert_true(info.accept < 0.25); /* the prior (one half, weighted as one pass) fades only as drafts are seen */
     assert_true(info.cost_slope > 0.25 && info.cost_slope < 0.35);
-    /* Off: only sparse probes. */
+    /* Off: only sparse probes, each of 3 drafts costing 0.9 steps, so at
+     * least 45 passes apart (2%). */
     int drafting = 0;
-    for (int i = 0; i < 1000; i++) drafting += sim_pass(c, 0.0, 0.3, &rng) > 0;
-    assert_true(drafting > 0);   /* it keeps probing */
-    assert_true(drafting < 15);  /* intervals doubling to 256 */
+    for (int i = 0; i < 1000; i++) drafting += sim_pass(c, 2, 0.0, 0.3, &rng) > 0;
+    assert_true(drafting > 0);  /* it keeps probing */
+    assert_true(drafting < 12); /* intervals doubling to 256 */
+    /* No match, no draft. */
+    assert_int_equal(tern_spec_ctl_next(c, 0), 0);
     /* The text turns repetitive: the probes see it and drafting comes back. */
     int back = -1;
-    for (int i = 0; i < 400 && back < 0; i++)
-        if (sim_pass(c, 1.0, 0.3, &rng) > 0) {
-            tern_spec_ctl_info(c, &info);
+    for (int i = 0; i < 600 && back < 0; i++)
+        if (sim_pass(c, 2, 1.0, 0.3, &rng) > 0) {
+            tern_spec_ctl_info(c, 2, &info);
             if (!info.off) back = i;
         }
     assert_true(back >= 0);
     int k_sum = 0;
-    for (int i = 0; i < 50; i++) k_sum += sim_pass(c, 1.0, 0.3, &rng);
+    for (int i = 0; i < 50; i++) k_sum += sim_pass(c, 2, 1.0, 0.3, &rng);
     assert_true(k_sum > 50 * 4);
     tern_spec_ctl_free(c);
 }
@@ -262,28 +266,40 @@ static void test_ctl_on_when_accepted(void **state) {
     tern_spec_ctl_t *c = tern_spec_ctl_create(NULL, &err);
     assert_non_null(c);
     uint64_t rng = 9;
-    for (int i = 0; i < 60; i++) sim_pass(c, 0.97, 0.02, &rng);
+    for (int i = 0; i < 60; i++) sim_pass(c, 4, 0.97, 0.02, &rng);
     tern_spec_ctl_info_t info;
-    tern_spec_ctl_info(c, &info);
+    tern_spec_ctl_info(c, 4, &info);
     assert_int_equal(info.off, 0);
     assert_int_equal(info.k, 8);
     assert_true(info.gain > 4.0);
     /* Mostly 8, with a plain step every 64 passes to re-measure. */
     int eights = 0, zeros = 0;
     for (int i = 0; i < 200; i++) {
-        int32_t k = sim_pass(c, 0.97, 0.02, &rng);
+        int32_t k = sim_pass(c, 4, 0.97, 0.02, &rng);
         eights += k == 8;
         zeros += k == 0;
     }
     assert_true(eights >= 190);
     assert_true(zeros >= 2 && zeros <= 5);
 
+    /* Match lengths are learned apart: unigram matches always rejected,
+     * 4-gram ones accepted; passes of 1 + 0.3 k steps. */
+    tern_spec_ctl_reset(c);
+    for (int i = 0; i < 200; i++) {
+        sim_pass(c, 1, 0.0, 0.3, &rng);
+        sim_pass(c, 4, 0.97, 0.3, &rng);
+    }
+    tern_spec_ctl_info(c, 1, &info);
+    assert_int_equal(info.off, 1);
+    tern_spec_ctl_info(c, 4, &info);
+    assert_true(info.k >= 4);
+
     /* Moderate acceptance, costly passes: a short draft. a = 0.6, r(k) =
      * 1 + 0.2 k: E(k)/r(k) = 1.6/1.2, 1.96/1.4, 2.176/1.6, 2.31/1.8 ...
      * peaks at k = 2. */
     tern_spec_ctl_reset(c);
-    for (int i = 0; i < 400; i++) sim_pass(c, 0.6, 0.2, &rng);
-    tern_spec_ctl_info(c, &info);
+    for (int i = 0; i < 400; i++) sim_pass(c, 3, 0.6, 0.2, &rng);
+    tern_spec_ctl_info(c, 3, &info);
     assert_int_equal(info.off, 0);
     assert_true(info.k >= 1 && info.k <= 3);
 
@@ -293,15 +309,15 @@ static void test_ctl_on_when_accepted(void **state) {
     p.n_draft_max = 5;
     tern_spec_ctl_t *f = tern_spec_ctl_create(&p, &err);
     assert_non_null(f);
-    for (int i = 0; i < 50; i++) assert_int_equal(sim_pass(f, 0.0, 1.0, &rng), 5);
+    for (int i = 0; i < 50; i++) assert_int_equal(sim_pass(f, 1, 0.0, 1.0, &rng), 5);
     tern_spec_ctl_free(f);
     /* No times ever reported: the prior cost, and no baseline steps. */
     p = tern_spec_default_params();
     f = tern_spec_ctl_create(&p, &err);
     for (int i = 0; i < 100; i++) {
-        int32_t k = tern_spec_ctl_next(f);
+        int32_t k = tern_spec_ctl_next(f, 2);
         if (i > 10) assert_true(k > 0);
-        tern_spec_ctl_observe(f, k, k);
+        tern_spec_ctl_observe(f, 2, k, k);
     }
     tern_spec_ctl_free(f);
     /* Bad parameters; off. */
@@ -310,7 +326,7 @@ static void test_ctl_on_when_accepted(void **state) {
     assert_int_equal(err.code, TERN_EINVAL);
     p.n_draft_max = 0;
     f = tern_spec_ctl_create(&p, &err);
-    assert_int_equal(tern_spec_ctl_next(f), 0);
+    assert_int_equal(tern_spec_ctl_next(f, 3), 0);
     tern_spec_ctl_free(f);
     tern_spec_ctl_free(c);
 }

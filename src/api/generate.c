@@ -58,9 +58,11 @@ typedef struct {
     tern_drafter_t *dr;
     tern_spec_ctl_t *ctl;
     tern_spec_stats_t st;
+    int32_t n_draft_max;
     float *buf;         /* (n_draft_max + 1, n_vocab) the logits of the last pass */
     int32_t toks[TERN_SPEC_DRAFT_MAX + 1]; /* the last pass: the token evaluated, then its drafts */
     int32_t k, j;       /* drafts in the last pass; of them confirmed so far */
+    int32_t nm;         /* the n-gram match they came from (0: none) */
     int64_t base;       /* position of toks[0] */
     bool rejected;      /* the sampler picked another token than draft j + 1 */
     bool open;          /* a pass ran and end_pass has not closed it */
@@ -106,11 +108,13 @@ static bool gen_accept(gen_t *g, int32_t id, bool *eog) {
 }
 
 /* The draft source: up to cap tokens guessed to follow the accepted text
- * (which ends with the token about to be evaluated). Prompt lookup for now;
- * a source forced by a grammar would be consulted here. */
-static int32_t gen_draft(gen_t *g, int32_t *out, int32_t cap) {
+ * (which ends with the token about to be evaluated), and how much of the
+ * text backs the guess (*n_match, the controller's key). Prompt lookup for
+ * now; a source forced by a grammar would be consulted here. */
+static int32_t gen_draft(gen_t *g, int32_t *out, int32_t cap, int32_t *n_match) {
+    *n_match = 0;
     if (!g->dr || cap <= 0) return 0;
-    return tern_drafter_draft(g->dr, out, cap, NULL);
+    return tern_drafter_draft(g->dr, out, cap, n_match);
 }
 
 /* Close the last pass: drop its drafts after the confirmed ones from the
@@ -130,18 +134,22 @@ static void end_pass(gen_t *g, bool final) {
     }
     /* A pass cut short by a stop (not by a rejection) reports only what
      * was checked: the unchecked drafts say nothing about acceptance. */
-    if (g->ctl) tern_spec_ctl_observe(g->ctl, g->rejected ? g->k : g->j, g->j);
+    if (g->ctl) tern_spec_ctl_observe(g->ctl, g->nm, g->rejected ? g->k : g->j, g->j);
     g->k = g->j = 0;
     g->rejected = false;
 }
 
 /* Evaluate id (the last token accepted) at the end of sequence 0, with up
- * to kd drafts after it when speculating. */
-static int gen_pass(gen_t *g, int32_t id, int32_t kd, tern_error_t *err) {
+ * to kmax drafts after it, as many as the controller wants of those found. */
+static int gen_pass(gen_t *g, int32_t id, int32_t kmax, tern_error_t *err) {
     tern_context_t *c = g->c;
     g->toks[0] = id;
     g->base = model_ctx_pos(c->mc);
-    if (kd > 0) kd = gen_draft(g, g->toks + 1, kd);
+    int32_t kd = gen_draft(g, g->toks + 1, kmax, &g->nm);
+    if (kd > 0) {
+        const int32_t want = tern_spec_ctl_next(g->ctl, g->nm);
+        if (kd > want) kd = want;
+    }
     const uint64_t t0 = tern_now_ns();
     int rc = 0;
     if (kd > 0) {
@@ -169,10 +177,10 @@ static int gen_pass(gen_t *g, int32_t id, int32_t kd, tern_error_t *err) {
     return 0;
 }
 
-/* The drafts to ask for in the next pass. */
-static int32_t gen_want(gen_t *g, int32_t n_predict, bool cb_stop) {
-    if (!g->dr || !g->ctl || cb_stop) return 0;
-    int32_t kd = tern_spec_ctl_next(g->ctl);
+/* The most drafts the next pass may hold. */
+static int32_t gen_room(gen_t *g, int32_t n_predict, bool cb_stop) {
+    if (!g->dr || cb_stop) return 0;
+    int32_t kd = g->n_draft_max;
     /* Room in the context after the token itself, and tokens still wanted:
      * a draft past those would be evaluated for nothing. */
     const int64_t room = model_ctx_n_ctx(g->c->mc) - model_ctx_pos(g->c->mc) - 1;
@@ -210,6 +218,7 @@ static int generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt,
         const size_t V = (size_t)g.m->m->hp.n_vocab;
         g.dr = tern_drafter_create(sp->ngram_min, sp->ngram_max, err);
         g.ctl = g.dr ? tern_spec_ctl_create(sp, err) : NULL;
+        g.n_draft_max = sp->n_draft_max;
         g.buf = g.ctl ? malloc(((size_t)sp->n_draft_max + 1) * V * sizeof *g.buf) : NULL;
         if (!g.buf) {
             rc = g.ctl ? tern_err(err, TERN_ENOMEM, "out of memory for the logits of %d drafts", sp->n_draft_max)
@@ -269,7 +278,7 @@ static int generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt,
             why = TERN_STOP_CTX_FULL;
             break;
         }
-        if ((rc = gen_pass(&g, id, gen_want(&g, n_predict, cb_stop), err))) break;
+        if ((rc = gen_pass(&g, id, gen_room(&g, n_predict, cb_stop), err))) break;
         lg = g.k ? g.buf : model_ctx_logits(c->mc);
     }
     end_pass(&g, true);

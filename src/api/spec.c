@@ -213,21 +213,24 @@ int32_t tern_drafter_draft(const tern_drafter_t *d, int32_t *out, int32_t cap, i
  * The rule is specified with tern_spec_ctl_t in tern.h; the constants: */
 #define CTL_DECAY 0.9        /* per observed pass, of the accepted and rejection counts */
 #define CTL_PRIOR_A 0.5      /* the acceptance before any observation, weighted as one pass */
-#define CTL_TIME_EMA 0.2     /* weight of a new pass time in its moving average */
+#define CTL_TIME_RING 7      /* pass times kept per k: their median is the estimate */
 #define CTL_PRIOR_SLOPE 0.25 /* r(k) = 1 + s k before any time is measured */
 #define CTL_MIN_GAIN 1.05    /* drafting must promise 5% more tokens per unit of time */
 #define CTL_PROBE_FIRST 16   /* passes while off before the first probe */
 #define CTL_PROBE_MAX 256
 #define CTL_PROBE_SOON 4     /* after a probe that accepted half or more */
 #define CTL_PROBE_K 3
+#define CTL_PROBE_BUDGET 0.02 /* failed probes may cost this share of the time */
 #define CTL_BASELINE_EVERY 64 /* passes with drafts between plain steps measured */
 
 struct tern_spec_ctl {
     tern_spec_params_t p;
-    double acc, rej;                     /* moving sums */
-    double t[TERN_SPEC_DRAFT_MAX + 1];   /* moving average ns of a pass with k drafts */
+    double acc[TERN_SPEC_NGRAM_MAX + 1], rej[TERN_SPEC_NGRAM_MAX + 1]; /* moving sums per match length */
+    double acc_all, rej_all; /* over all match lengths: the prior of each */
+    double ring[TERN_SPEC_DRAFT_MAX + 1][CTL_TIME_RING]; /* the last pass times with k drafts, ns */
+    double t[TERN_SPEC_DRAFT_MAX + 1];   /* their median */
     int64_t nt[TERN_SPEC_DRAFT_MAX + 1]; /* passes timed with k drafts */
-    int32_t off;
+    int32_t probing; /* the last tern_spec_ctl_next asked for a probe */
     int32_t since_probe, probe_every;
     int32_t since_base;
 };
@@ -255,7 +258,14 @@ void tern_spec_ctl_reset(tern_spec_ctl_t *ctl) {
     ctl->probe_every = CTL_PROBE_FIRST;
 }
 
-static double accept_est(const tern_spec_ctl_t *c) { return (c->acc + CTL_PRIOR_A) / (c->acc + c->rej + 1.0); }
+static int bucket(int32_t n_match) { return n_match < TERN_SPEC_NGRAM_MAX ? n_match : TERN_SPEC_NGRAM_MAX; }
+
+/* a over all matches (prior one half), then a(n) with that as its prior:
+ * a match length not seen yet starts from what the others showed. */
+static double accept_est(const tern_spec_ctl_t *c, int b) {
+    const double all = (c->acc_all + CTL_PRIOR_A) / (c->acc_all + c->rej_all + 1.0);
+    return (c->acc[b] + all) / (c->acc[b] + c->rej[b] + 1.0);
+}
 
 /* s: least squares through r(0) = 1 over the k measured, each weighted by
  * its count (at most 8, so that no k dominates). */
@@ -280,8 +290,8 @@ static double cost_ratio(const tern_spec_ctl_t *c, int k, double slope) {
     return r > 1.0 ? r : 1.0;
 }
 
-static int32_t choose(const tern_spec_ctl_t *c, double *gain_out) {
-    const double a = accept_est(c), s = slope_est(c);
+static int32_t choose(const tern_spec_ctl_t *c, int b, double *gain_out) {
+    const double a = accept_est(c, b), s = slope_est(c);
     double best = 1.0, e = 1.0, ai = 1.0;
     int32_t bk = 0;
     for (int k = 1; k <= c->p.n_draft_max; k++) {
@@ -310,53 +320,79 @@ static int baseline_due(const tern_spec_ctl_t *c) {
     return 0;
 }
 
-int32_t tern_spec_ctl_next(tern_spec_ctl_t *ctl) {
-    if (ctl->p.n_draft_max == 0) return 0;
+static int32_t probe_k(const tern_spec_ctl_t *c) {
+    return c->p.n_draft_max < CTL_PROBE_K ? c->p.n_draft_max : CTL_PROBE_K;
+}
+
+/* Passes between probes: the interval, or more when a probe is dear. */
+static int32_t probe_interval(const tern_spec_ctl_t *c) {
+    const double dear = (cost_ratio(c, probe_k(c), slope_est(c)) - 1.0) / CTL_PROBE_BUDGET;
+    return dear > c->probe_every ? (dear < 1e6 ? (int32_t)dear : 1000000) : c->probe_every;
+}
+
+int32_t tern_spec_ctl_next(tern_spec_ctl_t *ctl, int32_t n_match) {
+    ctl->probing = 0;
+    if (ctl->p.n_draft_max == 0 || n_match <= 0) return 0;
     if (!ctl->p.adaptive) return ctl->p.n_draft_max;
     if (baseline_due(ctl)) return 0;
-    const int32_t k = choose(ctl, NULL);
-    ctl->off = k == 0;
+    const int32_t k = choose(ctl, bucket(n_match), NULL);
     if (k) return k;
-    if (ctl->since_probe >= ctl->probe_every) return ctl->p.n_draft_max < CTL_PROBE_K ? ctl->p.n_draft_max : CTL_PROBE_K;
+    if (ctl->since_probe >= probe_interval(ctl)) {
+        ctl->probing = 1;
+        return probe_k(ctl);
+    }
     return 0;
 }
 
-void tern_spec_ctl_observe(tern_spec_ctl_t *ctl, int32_t n_drafted, int32_t n_accepted) {
-    if (n_drafted <= 0) {
-        if (ctl->off) ctl->since_probe++;
+void tern_spec_ctl_observe(tern_spec_ctl_t *ctl, int32_t n_match, int32_t n_drafted, int32_t n_accepted) {
+    const int probe = ctl->probing;
+    ctl->probing = 0;
+    if (n_drafted <= 0 || n_match <= 0) {
+        ctl->since_probe++;
         return;
     }
+    const int b = bucket(n_match);
     if (n_accepted < 0) n_accepted = 0;
     if (n_accepted > n_drafted) n_accepted = n_drafted;
-    ctl->acc = CTL_DECAY * ctl->acc + n_accepted;
-    ctl->rej = CTL_DECAY * ctl->rej + (n_accepted < n_drafted);
+    ctl->acc[b] = CTL_DECAY * ctl->acc[b] + n_accepted;
+    ctl->rej[b] = CTL_DECAY * ctl->rej[b] + (n_accepted < n_drafted);
+    ctl->acc_all = CTL_DECAY * ctl->acc_all + n_accepted;
+    ctl->rej_all = CTL_DECAY * ctl->rej_all + (n_accepted < n_drafted);
     ctl->since_base++;
-    if (!ctl->off) return;
-    /* A probe (drafts while off): is drafting worth it again? */
+    if (!probe) return;
+    /* A probe: is drafting worth it again? */
     ctl->since_probe = 0;
-    if (choose(ctl, NULL)) {
-        ctl->off = 0;
-        ctl->probe_every = CTL_PROBE_FIRST;
-    } else if (2 * n_accepted < n_drafted) {
+    if (choose(ctl, b, NULL)) ctl->probe_every = CTL_PROBE_FIRST;
+    else if (2 * n_accepted < n_drafted)
         ctl->probe_every = ctl->probe_every * 2 < CTL_PROBE_MAX ? ctl->probe_every * 2 : CTL_PROBE_MAX;
-    } else {
+    else
         ctl->probe_every = CTL_PROBE_SOON;
-    }
 }
 
 void tern_spec_ctl_time(tern_spec_ctl_t *ctl, int32_t n_drafted, uint64_t ns) {
     if (n_drafted < 0 || n_drafted > ctl->p.n_draft_max || ns == 0) return;
-    double *t = &ctl->t[n_drafted];
-    *t = ctl->nt[n_drafted] ? (1.0 - CTL_TIME_EMA) * *t + CTL_TIME_EMA * (double)ns : (double)ns;
+    /* The median of the last few: one pass preempted on a busy machine
+     * (ten times the usual time) must not decide. */
+    double *r = ctl->ring[n_drafted];
+    r[ctl->nt[n_drafted] % CTL_TIME_RING] = (double)ns;
     ctl->nt[n_drafted]++;
+    const int n = ctl->nt[n_drafted] < CTL_TIME_RING ? (int)ctl->nt[n_drafted] : CTL_TIME_RING;
+    double v[CTL_TIME_RING];
+    for (int i = 0; i < n; i++) { /* insertion sort of at most 7 */
+        int j = i;
+        for (; j > 0 && v[j - 1] > r[i]; j--) v[j] = v[j - 1];
+        v[j] = r[i];
+    }
+    ctl->t[n_drafted] = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
     if (n_drafted == 0) ctl->since_base = 0;
 }
 
-void tern_spec_ctl_info(const tern_spec_ctl_t *ctl, tern_spec_ctl_info_t *info) {
-    info->accept = accept_est(ctl);
+void tern_spec_ctl_info(const tern_spec_ctl_t *ctl, int32_t n_match, tern_spec_ctl_info_t *info) {
+    const int b = bucket(n_match > 0 ? n_match : 1);
+    info->accept = accept_est(ctl, b);
     info->cost_slope = slope_est(ctl);
-    info->k = ctl->p.adaptive ? choose(ctl, &info->gain) : ctl->p.n_draft_max;
-    if (!ctl->p.adaptive) info->gain = 1.0;
+    info->gain = 1.0;
+    info->k = ctl->p.adaptive ? choose(ctl, b, &info->gain) : ctl->p.n_draft_max;
     info->off = info->k == 0;
 }
 
