@@ -536,10 +536,11 @@ typedef struct {
  * reasons, KV end, result and errors, plus TERN_EINVAL for bad sp. The
  * context's timings count each token the passes kept as one generated
  * token, and the passes' whole time (dropped drafts included) as
- * generation time. st (may be NULL) receives the counters. The context's
- * sequence 0 needs room for the drafts: they are cut to what the context
- * and the KV memory have free (TERN_EKVFULL on a pass retries it without
- * drafts). */
+ * generation time. st (may be NULL) receives the counters. Drafts are cut
+ * to the tokens still to generate, the context's free positions and
+ * n_batch - 1 (a pass is one forward block, so the abort callback never
+ * runs inside one); a pass that finds too few free KV blocks (TERN_EKVFULL)
+ * is retried without drafts. */
 int tern_generate_spec(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, int32_t n_prompt,
                        int32_t n_predict, const tern_spec_params_t *sp, tern_token_cb cb, void *user,
                        tern_generate_result_t *res, tern_spec_stats_t *st, tern_error_t *err);

@@ -366,6 +366,7 @@ typedef struct {
     int stop_at;
     int fill_seq1; /* positions of sequence 1 evaluated first, so that the memory runs out (kv_block 16) */
     tern_sampler_params_t sp;
+    int32_t n_batch; /* 0: the default */
 } cfg_t;
 
 typedef struct {
@@ -398,6 +399,7 @@ static void run_one(const tern_model_t *m, const cfg_t *cfg, const int32_t *prom
     tern_context_params_t cp = tern_context_default_params();
     cp.n_threads = cfg->threads;
     cp.n_ctx = cfg->n_ctx;
+    cp.n_batch = cfg->n_batch;
     if (cfg->fill_seq1) {
         cp.kv_block = 16;
         cp.n_seq_max = 2;
@@ -548,7 +550,7 @@ static void check_model(const tern_model_t *m, const char *name, int32_t n_ctx_s
         for (size_t si = 0; si < sizeof samp / sizeof samp[0]; si++) {
             for (int th = 1; th <= 2; th++) {
                 if (quick && th == 2 && si > 0) continue;
-                cfg_t cfg = {th, 0, 120, 0, 0, sampling(samp[si].temp, samp[si].seed)};
+                cfg_t cfg = {th, 0, 120, 0, 0, sampling(samp[si].temp, samp[si].seed), 0};
                 char what[160];
                 snprintf(what, sizeof what, "%s prompt %zu temp %.1f seed %llu threads %d", name, p, samp[si].temp,
                          (unsigned long long)samp[si].seed, th);
@@ -558,12 +560,13 @@ static void check_model(const tern_model_t *m, const char *name, int32_t n_ctx_s
         /* A context that fills up during generation, a callback stop, a
          * short n_predict, n_predict 0. */
         const cfg_t stops[] = {
-            {1, n_prompt + n_ctx_small, 200, 0, 0, sampling(0, 1)},
-            {2, n_prompt + n_ctx_small, 200, 0, 0, sampling(0.8f, 3)},
-            {1, 0, 100, 23, 0, sampling(0, 1)},
-            {1, 0, 100, 17, 0, sampling(0.8f, 5)},
-            {1, 0, 3, 0, 0, sampling(0, 1)},
-            {1, 0, 0, 0, 0, sampling(0, 1)},
+            {1, n_prompt + n_ctx_small, 200, 0, 0, sampling(0, 1), 0},
+            {2, n_prompt + n_ctx_small, 200, 0, 0, sampling(0.8f, 3), 0},
+            {1, 0, 100, 23, 0, sampling(0, 1), 0},
+            {1, 0, 100, 17, 0, sampling(0.8f, 5), 0},
+            {1, 0, 3, 0, 0, sampling(0, 1), 0},
+            {1, 0, 0, 0, 0, sampling(0, 1), 0},
+            {2, 0, 80, 0, 0, sampling(0, 1), 3}, /* blocks of 3: at most 2 drafts a pass */
         };
         for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++) {
             char what[160];
@@ -621,12 +624,12 @@ static void test_generate_tiny_qwen3(void **state) {
     for (size_t p = 0; p < 2; p++)
         for (int th = 1; th <= 2; th++)
             for (int si = 0; si < 2; si++) {
-                cfg_t cfg = {th, 0, 100, 0, 0, sampling(si ? 0.8f : 0, 77)};
+                cfg_t cfg = {th, 0, 100, 0, 0, sampling(si ? 0.8f : 0, 77), 0};
                 char what[128];
                 snprintf(what, sizeof what, "tiny-qwen3 prompt %zu threads %d temp %d", p, th, si);
                 compare_all(m, &cfg, prompts[p].ids, prompts[p].n, what, si ? &s : &g);
             }
-    const cfg_t full = {1, 60, 200, 0, 0, sampling(0, 1)};
+    const cfg_t full = {1, 60, 200, 0, 0, sampling(0, 1), 0};
     compare_all(m, &full, p1, 40, "tiny-qwen3 full context", &g);
     report("tiny-qwen3", &g, &s);
     assert_true(g.accepted > 0 && g.drafted - g.accepted > 0);
@@ -643,11 +646,11 @@ static void test_generate_memory_full(void **state) {
     const int32_t p[] = {1, 2, 3, 4, 1, 2, 3, 4, 1, 2};
     tally_t t = {0};
     for (int si = 0; si < 2; si++) {
-        cfg_t cfg = {1, 64, 100, 0, 32, sampling(si ? 0.8f : 0, 1)};
+        cfg_t cfg = {1, 64, 100, 0, 32, sampling(si ? 0.8f : 0, 1), 0};
         compare_all(m, &cfg, p, 10, "memory full", &t);
     }
     result_t *r = malloc(sizeof *r);
-    cfg_t cfg = {1, 64, 100, 0, 32, sampling(0, 1)};
+    cfg_t cfg = {1, 64, 100, 0, 32, sampling(0, 1), 0};
     run_one(m, &cfg, p, 10, NULL, r);
     assert_int_equal(r->rc, TERN_EKVFULL);
     assert_int_equal(r->res.stop, TERN_STOP_ERROR);

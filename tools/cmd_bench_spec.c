@@ -429,7 +429,8 @@ static int work_table(const sb_opts_t *o) {
             fprintf(stderr, "tern bench spec: %s\n", err.msg);
             return 1;
         }
-        const int n_ctx = tern_model_n_ctx_train(m) > 0 ? tern_model_n_ctx_train(m) : 2048;
+        /* The model's context, at most 1024: enough for the prompts below. */
+        const int n_ctx = tern_model_n_ctx_train(m) > 0 && tern_model_n_ctx_train(m) < 1024 ? tern_model_n_ctx_train(m) : 1024;
         int n_gen = o->n_gen < n_ctx / 4 ? o->n_gen : n_ctx / 4;
         /* The story: at most 1/4 of the context and 128 tokens, so that
          * story + half + the continuation fit. */

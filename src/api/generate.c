@@ -187,6 +187,11 @@ static int32_t gen_room(gen_t *g, int32_t n_predict, bool cb_stop) {
     const int32_t left = n_predict - g->ng;
     if (kd > room) kd = (int32_t)room;
     if (kd > left) kd = left;
+    /* One block (n_batch positions) per pass: the abort callback runs
+     * between blocks, and plain decoding never stops between a token and
+     * its evaluation, so neither may a pass. */
+    const int64_t nb = model_ctx_n_batch(g->c->mc);
+    if (kd > nb - 1) kd = (int32_t)(nb - 1);
     return kd > 0 ? kd : 0;
 }
 
