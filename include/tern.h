@@ -454,6 +454,146 @@ typedef struct {
 int tern_generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, int32_t n_prompt, int32_t n_predict,
                   tern_token_cb cb, void *user, tern_generate_result_t *res, tern_error_t *err);
 
+/* ---- speculative decoding ----
+ * Lossless: tern_generate_spec reports exactly the tokens (and stop reason)
+ * tern_generate would for the same context, sampler state and prompt, at
+ * any temperature, and leaves the KV memory, the logits and the sampler in
+ * the same state; only the time differs. Each forward pass evaluates the
+ * last sampled token together with k draft tokens guessed from the text so
+ * far (prompt lookup: what followed an earlier occurrence of the longest
+ * n-gram the text ends with), with the logits of all k+1 positions. The
+ * sampler then picks tokens from those logits one by one, exactly as plain
+ * decoding would; while its pick equals the next draft, that draft is
+ * already evaluated and the next position's logits are ready, so one pass
+ * yields up to k+1 tokens. At the first pick that differs the remaining
+ * drafts are dropped from the KV memory. Tokens are only ever sampled from
+ * the logits of confirmed text, so the sampler's RNG and penalty window
+ * advance as in plain decoding (Leviathan et al. 2023, with a draft that
+ * puts all its probability on one token).
+ *
+ * The drafter and the controller are public so that a server can run them
+ * per sequence around its own batched passes. Each is used by one thread at
+ * a time. */
+
+#define TERN_SPEC_DRAFT_MAX 32 /* most draft tokens per pass */
+#define TERN_SPEC_NGRAM_MAX 16 /* longest n-gram the drafter matches */
+
+typedef struct {
+    int32_t n_draft_max; /* most drafts per pass, 0 .. TERN_SPEC_DRAFT_MAX; 0: plain decoding (default 8) */
+    int32_t ngram_max;   /* longest suffix n-gram looked up, ngram_min .. TERN_SPEC_NGRAM_MAX (default 4) */
+    int32_t ngram_min;   /* shortest, >= 1 (default 1) */
+    int32_t adaptive;    /* 1: tern_spec_ctl_t picks each pass's draft length and turns drafting off when it
+                          * does not pay (default); 0: always draft up to n_draft_max */
+} tern_spec_params_t;
+tern_spec_params_t tern_spec_default_params(void);
+
+/* Prompt-lookup drafter: a token history with a hash index of its n-grams
+ * (n = ngram_min .. ngram_max), each mapped to the position after its most
+ * recent occurrence, updated as tokens are pushed (O(ngram_max^2) per
+ * token), so a draft costs O(ngram_max^2 + cap) whatever the history's
+ * length. */
+typedef struct tern_drafter tern_drafter_t;
+/* NULL on error: TERN_EINVAL (ngram_min < 1, ngram_max < ngram_min or >
+ * TERN_SPEC_NGRAM_MAX), TERN_ENOMEM. */
+tern_drafter_t *tern_drafter_create(int32_t ngram_min, int32_t ngram_max, tern_error_t *err);
+void tern_drafter_free(tern_drafter_t *d);
+/* Forget the history. */
+void tern_drafter_reset(tern_drafter_t *d);
+/* Append n ids (prompt, then each accepted token) to the history. TERN_ENOMEM
+ * leaves the history as it was; TERN_EINVAL for n < 0. */
+int tern_drafter_push(tern_drafter_t *d, const int32_t *ids, int32_t n, tern_error_t *err);
+/* Keep the first n tokens (a sequence cut back); the index is rebuilt (O(n)).
+ * n beyond the history: nothing changes. */
+int tern_drafter_truncate(tern_drafter_t *d, int32_t n, tern_error_t *err);
+int32_t tern_drafter_n_tokens(const tern_drafter_t *d);
+/* Up to cap draft tokens into out: for n from ngram_max down to ngram_min,
+ * the first n whose suffix n-gram of the history occurred earlier decides;
+ * its most recent earlier occurrence is followed, and the tokens after it
+ * are proposed (when they run into the end of the history, the repeat
+ * continues: the pattern's period is copied again). Returns the count (0:
+ * no n-gram matched, or cap <= 0); *n_match (may be NULL) receives the
+ * matched n (0: none). Negative ids in the history are never proposed. */
+int32_t tern_drafter_draft(const tern_drafter_t *d, int32_t *out, int32_t cap, int32_t *n_match);
+
+/* Adaptive draft length. It keeps two estimates:
+ *   a(n)  for drafts that came from a match of an n-gram (n = the
+ *         drafter's n_match: a longer match is a better guess), the
+ *         probability that a draft token is accepted given the ones before
+ *         it were: accepted / (accepted + rejections), both counts moving
+ *         sums over the passes with such drafts (decay 0.9), plus a prior
+ *         weighted as one pass: the same estimate over all match lengths
+ *         (itself with a prior of one half weighted as one pass). A pass
+ *         whose drafts were all accepted adds no rejection.
+ *   r(k)  the time of a pass with k drafts over that of a plain step
+ *         (k = 0), from the times the caller reports (per k the median
+ *         of the last 7, used once measured twice; else 1 + s k with s
+ *         fitted by least squares to the measured ones, or s = 0.25 before
+ *         any).
+ * A pass with k drafts yields E(k) = 1 + a + ... + a^k tokens on average
+ * (the drafts accepted, plus the token the sampler picks at the first
+ * rejection or after the last draft), so drafting k pays E(k) / r(k)
+ * tokens per plain step's time. tern_spec_ctl_next returns the k in
+ * 1 .. n_draft_max maximizing that when it exceeds 1.05, else 0 (off for
+ * that n). While off it still asks for a probe of min(3, n_draft_max)
+ * drafts, so it notices when the text turns repetitive, when P passes went
+ * by since the last probe: P = max(I, (r(probe) - 1) / 0.02), so that
+ * failed probes cost at most 2% of the time; I starts at 16, doubles (up
+ * to 256) after a probe that accepts less than half its drafts and drops
+ * to 4 after one that accepts more. Every 64 passes with drafts (and
+ * before the first, once a pass with drafts was timed) it asks for a plain
+ * step (0) to measure the baseline again. With params.adaptive 0 it always
+ * returns n_draft_max. */
+typedef struct tern_spec_ctl tern_spec_ctl_t;
+/* NULL on error: TERN_EINVAL (bad parameters), TERN_ENOMEM. p NULL: the defaults. */
+tern_spec_ctl_t *tern_spec_ctl_create(const tern_spec_params_t *p, tern_error_t *err);
+void tern_spec_ctl_free(tern_spec_ctl_t *ctl);
+/* Forget what was learned. */
+void tern_spec_ctl_reset(tern_spec_ctl_t *ctl);
+/* How many of the drafts the drafter found with a match of n_match tokens
+ * (tern_drafter_draft's *n_match) to evaluate in the next pass; 0: a plain
+ * step. n_match 0 (no draft): 0. */
+int32_t tern_spec_ctl_next(tern_spec_ctl_t *ctl, int32_t n_match);
+/* The outcome of a pass: it evaluated n_drafted drafts of a match of
+ * n_match tokens and the sampler confirmed the first n_accepted;
+ * n_accepted < n_drafted means draft n_accepted + 1 was rejected. Plain
+ * steps are reported too (n_drafted 0): they count toward the probes. */
+void tern_spec_ctl_observe(tern_spec_ctl_t *ctl, int32_t n_match, int32_t n_drafted, int32_t n_accepted);
+/* The wall time of a forward pass that evaluated n_drafted drafts (0: a
+ * plain step of one token). */
+void tern_spec_ctl_time(tern_spec_ctl_t *ctl, int32_t n_drafted, uint64_t ns);
+typedef struct {
+    double accept;     /* a(n_match) */
+    double cost_slope; /* s */
+    double gain;       /* E(k)/r(k) of the k it would choose now (1 when 0) */
+    int32_t k;         /* what tern_spec_ctl_next would return without a probe or a baseline step */
+    int32_t off;       /* 1: drafting is off for matches of this length (only probes) */
+} tern_spec_ctl_info_t;
+void tern_spec_ctl_info(const tern_spec_ctl_t *ctl, int32_t n_match, tern_spec_ctl_info_t *info);
+
+/* Counters of one tern_generate_spec call. */
+typedef struct {
+    int64_t n_passes;      /* forward passes after the prompt (plain steps and passes with drafts) */
+    int64_t n_spec_passes; /* of them, with at least one draft */
+    int64_t n_drafted;     /* draft tokens evaluated */
+    int64_t n_accepted;    /* of them, confirmed (each saves a pass) */
+    int64_t n_generated;   /* tokens reported (= tern_generate_result_t.n_generated) */
+    uint64_t pass_ns;      /* wall time of the passes */
+} tern_spec_stats_t;
+
+/* tern_generate with speculative decoding (sp NULL: the defaults;
+ * sp->n_draft_max 0: plain decoding): the same arguments, callback, stop
+ * reasons, KV end, result and errors, plus TERN_EINVAL for bad sp. The
+ * context's timings count each token the passes kept as one generated
+ * token, and the passes' whole time (dropped drafts included) as
+ * generation time. st (may be NULL) receives the counters. Drafts are cut
+ * to the tokens still to generate, the context's free positions and
+ * n_batch - 1 (a pass is one forward block, so the abort callback never
+ * runs inside one); a pass that finds too few free KV blocks (TERN_EKVFULL)
+ * is retried without drafts. */
+int tern_generate_spec(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, int32_t n_prompt,
+                       int32_t n_predict, const tern_spec_params_t *sp, tern_token_cb cb, void *user,
+                       tern_generate_result_t *res, tern_spec_stats_t *st, tern_error_t *err);
+
 /* ---- sessions ----
  * One sequence's state (its tokens and its KV entries) in a file that is
  * appended turn by turn and survives a crash at any byte (the format and

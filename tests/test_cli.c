@@ -83,6 +83,11 @@ static void test_bad_values(void **state) {
         {"bench -m M --io-threads 999", "--io-threads wants an integer from 1 to 256"},
         {"bench -m M --disk-probe-s -1", "--disk-probe-s wants seconds"},
         {"bench -m M --expert-cache 25% -np 1,2", "do not combine with -np"},
+        {"run -m M --spec maybe", "--spec wants ngram, ngram-fixed or off, got 'maybe'"},
+        {"chat -m M --draft-max 0", "--draft-max wants an integer in [1, 32]"},
+        {"run -m M --spec-ngram 17", "--spec-ngram wants an integer in [1, 16]"},
+        {"run -m M --spec ngram --logits-digest", "--logits-digest needs --spec off"},
+        {"bench spec -m M --part x", "--part wants cost, work or all, got 'x'"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         char cmd[2048], *err = NULL;
@@ -156,6 +161,34 @@ static void test_run_cache_line(void **state) {
     assert_null(strstr(err, "expert cache"));
     free(err);
     free(greedy);
+}
+
+/* tern run --spec: the same tokens as without it, greedy and sampled, and a
+ * line with the counters. */
+static void test_run_spec(void **state) {
+    (void)state;
+    static const char *const samp[] = {"--temp 0", "--temp 0.8 --seed 5 --repeat-penalty 1.1"};
+    for (int i = 0; i < 2; i++) {
+        char cmd[2048], *err = NULL, *plain = NULL, *out = NULL;
+        snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p 'hello there' -n 40 --ids -t 2 %s", g_tern, g_dense, samp[i]);
+        assert_int_equal(sh(cmd, &plain, &err), 0);
+        assert_null(strstr(err, "speculative"));
+        free(err);
+        static const char *const modes[] = {"ngram", "ngram-fixed --draft-max 5 --spec-ngram 3"};
+        for (int k = 0; k < 2; k++) {
+            snprintf(cmd, sizeof cmd, "'%s' run -m '%s' -p 'hello there' -n 40 --ids -t 2 %s --spec %s", g_tern,
+                     g_dense, samp[i], modes[k]);
+            assert_int_equal(sh(cmd, &out, &err), 0);
+            assert_string_equal(out, plain);
+            const char *line = strstr(err, "tern: speculative      = ngram (");
+            if (!line) fail_msg("no speculative line in:\n%s", err);
+            assert_non_null(strstr(line, k ? "(fixed), drafts up to 5, n-grams 1..3: " : "(adaptive), drafts up to 8"));
+            assert_non_null(strstr(line, " tokens per pass"));
+            free(out);
+            free(err);
+        }
+        free(plain);
+    }
 }
 
 /* ---- tern bench -o json ------------------------------------------------------ */
@@ -274,6 +307,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_run_cache_line),
+        cmocka_unit_test(test_run_spec),
         cmocka_unit_test(test_bench_json),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -184,7 +184,9 @@ int cmd_run(int argc, char **argv) {
     run_cb_t rcb = {o.print_ids, 0, o.logits_digest ? c : NULL, tern_model_n_vocab(m), 0xcbf29ce484222325ull, 0, m, c, {0}};
     int32_t n_pred = o.n_predict < 0 ? INT32_MAX : o.n_predict;
     tern_generate_result_t gr;
-    int grc = tern_generate(c, s, ids + n_restored, (int32_t)n_ids - n_restored, n_pred, run_token, &rcb, &gr, &err);
+    tern_spec_stats_t sst;
+    int grc = tern_generate_spec(c, s, ids + n_restored, (int32_t)n_ids - n_restored, n_pred, &o.spec, run_token,
+                                 &rcb, &gr, &sst, &err);
     printf("\n"); /* as llama.cpp's tools end their output */
     fflush(stdout);
     if (ses) {
@@ -214,6 +216,7 @@ int cmd_run(int argc, char **argv) {
                 gr.stop == TERN_STOP_EOG ? "end of generation" : "-n reached");
     if (!o.seed_given && o.sp.temp > 0) fprintf(stderr, "tern: seed %llu\n", (unsigned long long)o.sp.seed);
     run_print_timings(m, c, &o, now_ms() - t0, &rcb.mark);
+    run_print_spec(&o, &sst);
     rc = 0;
 out:
     free(ids);
@@ -299,6 +302,7 @@ int cmd_chat(int argc, char **argv) {
     tern_session_t *ses = NULL;
     msgs_t ms = {0};
     strbuf_t cached = {0}; /* the rendered text whose tokens are in the KV cache */
+    tern_spec_stats_t spec_total = {0}; /* over all replies */
     char *line = NULL;
     size_t line_cap = 0;
     if (!(c = open_context(m, &o))) goto out;
@@ -389,8 +393,15 @@ int cmd_chat(int argc, char **argv) {
                     n_restored, n_ids, n_ids - (size_t)n_restored);
         }
         tern_generate_result_t gr;
-        int grc = tern_generate(c, s, ids + n_restored, (int32_t)n_ids - n_restored, n_pred, chat_token, &reply,
-                                &gr, &err);
+        tern_spec_stats_t sst;
+        int grc = tern_generate_spec(c, s, ids + n_restored, (int32_t)n_ids - n_restored, n_pred, &o.spec,
+                                     chat_token, &reply, &gr, &sst, &err);
+        spec_total.n_passes += sst.n_passes;
+        spec_total.n_spec_passes += sst.n_spec_passes;
+        spec_total.n_drafted += sst.n_drafted;
+        spec_total.n_accepted += sst.n_accepted;
+        spec_total.n_generated += sst.n_generated;
+        spec_total.pass_ns += sst.pass_ns;
         free(ids);
         if (ses) {
             tern_error_t serr = {0};
@@ -427,6 +438,7 @@ int cmd_chat(int argc, char **argv) {
         }
     }
     run_print_timings(m, c, &o, now_ms() - t0, NULL);
+    run_print_spec(&o, &spec_total);
     rc = 0;
     goto out;
 oom:

@@ -15,7 +15,8 @@ int cmd_run(int argc, char **argv);         /* tools/cmd_run.c */
 int cmd_chat(int argc, char **argv);        /* tools/cmd_run.c */
 int cmd_perplexity(int argc, char **argv);  /* tools/cmd_perplexity.c */
 int cmd_bench_model(int argc, char **argv); /* tools/cmd_bench.c: tern bench -m ... */
-int cmd_serve(int argc, char **argv);
-int cmd_bench_grammar(int argc, char **argv); /* tools/dev/cmd_grammar.c: tern bench grammar */       /* tools/server/cmd_serve.c: tern serve */
+int cmd_bench_grammar(int argc, char **argv); /* tools/dev/cmd_grammar.c: tern bench grammar */
+int cmd_bench_spec(int argc, char **argv);  /* tools/cmd_bench_spec.c: tern bench spec */
+int cmd_serve(int argc, char **argv);       /* tools/server/cmd_serve.c: tern serve */
 
 #endif

@@ -35,6 +35,15 @@ static void usage(const char *cmd, FILE *out) {
                 "  -n, --n-predict N         max tokens per reply (-1: until end of turn; default -1)\n");
     if (!strcmp(cmd, "perplexity"))
         fprintf(out, "  -f, --file FILE           text to score\n");
+    if (strcmp(cmd, "perplexity"))
+        fprintf(out,
+                "  --spec MODE               speculative decoding: ngram (drafts looked up in the text so far,\n"
+                "                            draft length adapted to the acceptance and the measured cost),\n"
+                "                            ngram-fixed (always --draft-max drafts), off (default); the output\n"
+                "                            is the same as without it\n"
+                "  --draft-max N             most drafts per pass, 1..%d (default 8)\n"
+                "  --spec-ngram N            longest n-gram looked up, 1..%d (default 4)\n",
+                TERN_SPEC_DRAFT_MAX, TERN_SPEC_NGRAM_MAX);
     fprintf(out,
             "  -t, --threads N           threads in all (default: physical performance cores)\n"
             "  -c, --ctx-size N          context size (default: %s)\n"
@@ -90,6 +99,9 @@ int run_opts_parse(run_opts_t *o, int argc, char **argv, const char *cmd) {
     o->n_predict = -1;
     o->n_batch = 512;
     o->sp = tern_sampler_default_params();
+    o->spec = tern_spec_default_params();
+    int spec_on = 0;
+    int32_t draft_max = o->spec.n_draft_max;
     if (!strcmp(cmd, "perplexity")) o->n_ctx = 512;
     model_args_init(&o->ma);
     for (int i = 1; i < argc; i++) {
@@ -185,6 +197,24 @@ int run_opts_parse(run_opts_t *o, int argc, char **argv, const char *cmd) {
             }
             o->sp.seed = s;
             o->seed_given = 1;
+        } else if (strcmp(cmd, "perplexity") && IS("--spec")) {
+            NEED();
+            if (!strcmp(v, "ngram") || !strcmp(v, "ngram-fixed")) {
+                spec_on = 1;
+                o->spec.adaptive = !strcmp(v, "ngram");
+            } else if (!strcmp(v, "off")) {
+                spec_on = 0;
+            } else {
+                fprintf(stderr, "tern %s: %s wants ngram, ngram-fixed or off, got '%s'\n", cmd, a, v);
+                return 2;
+            }
+        } else if (strcmp(cmd, "perplexity") && IS("--draft-max")) {
+            NEED();
+            if (parse_i32(v, a, 1, TERN_SPEC_DRAFT_MAX, &draft_max)) return 2;
+        } else if (strcmp(cmd, "perplexity") && IS("--spec-ngram")) {
+            NEED();
+            if (parse_i32(v, a, 1, TERN_SPEC_NGRAM_MAX, &o->spec.ngram_max)) return 2;
+            if (o->spec.ngram_min > o->spec.ngram_max) o->spec.ngram_min = o->spec.ngram_max;
         } else if (IS("--special")) {
             o->special = 1;
         } else if (IS("--no-bos")) {
@@ -219,6 +249,13 @@ int run_opts_parse(run_opts_t *o, int argc, char **argv, const char *cmd) {
     }
     if (o->prompt && o->prompt_file) {
         fprintf(stderr, "tern %s: give -p or -f, not both\n", cmd);
+        return 2;
+    }
+    o->spec.n_draft_max = spec_on ? draft_max : 0;
+    if (spec_on && o->logits_digest) {
+        /* The digest hashes tern_get_logits in the callback, which a pass
+         * with drafts has not set to the reported token's logits yet. */
+        fprintf(stderr, "tern %s: --logits-digest needs --spec off\n", cmd);
         return 2;
     }
     return 0;
@@ -362,6 +399,18 @@ void run_print_timings(const tern_model_t *m, const tern_context_t *c, const run
                 PCT(p.small));
 #undef PCT
     }
+}
+
+void run_print_spec(const run_opts_t *o, const tern_spec_stats_t *st) {
+    if (o->spec.n_draft_max <= 0) return;
+    fprintf(stderr,
+            "tern: speculative      = %s, drafts up to %d, n-grams %d..%d: %lld drafted, %lld accepted (%.1f%%); "
+            "%lld passes (%lld with drafts) for %lld tokens, %.2f tokens per pass\n",
+            o->spec.adaptive ? "ngram (adaptive)" : "ngram (fixed)", o->spec.n_draft_max, o->spec.ngram_min,
+            o->spec.ngram_max, (long long)st->n_drafted, (long long)st->n_accepted,
+            st->n_drafted ? 100.0 * (double)st->n_accepted / (double)st->n_drafted : 0.0, (long long)st->n_passes,
+            (long long)st->n_spec_passes, (long long)st->n_generated,
+            st->n_passes ? (double)st->n_generated / (double)st->n_passes : 0.0);
 }
 
 tern_model_t *run_load_model(const run_opts_t *o, const char *cmd) { return model_args_load(o->model, &o->ma, cmd); }

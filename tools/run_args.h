@@ -32,6 +32,7 @@ typedef struct {
     const char *grammar;      /* GBNF text */
     const char *grammar_file; /* GBNF file */
     const char *json_schema;  /* a JSON schema: a file, or the text itself when it starts with '{' */
+    tern_spec_params_t spec; /* run, chat: speculative decoding (n_draft_max 0: off, the default) */
 } run_opts_t;
 
 /* The GBNF text o asks for (malloc'd), or NULL with *none set when it asks
@@ -71,5 +72,10 @@ void run_mark_generation(run_gen_mark_t *mk, const tern_model_t *m, const tern_c
  * evaluated. mk may be NULL. */
 void run_print_timings(const tern_model_t *m, const tern_context_t *c, const run_opts_t *o, double total_ms,
                        const run_gen_mark_t *mk);
+
+/* With speculative decoding on (o->spec.n_draft_max > 0): a line with the
+ * drafts evaluated and accepted, the acceptance rate, the passes and the
+ * tokens per pass. */
+void run_print_spec(const run_opts_t *o, const tern_spec_stats_t *st);
 
 #endif

@@ -23,6 +23,7 @@ WEAK_CMD(cmd_run)
 WEAK_CMD(cmd_chat)
 WEAK_CMD(cmd_perplexity)
 WEAK_CMD(cmd_bench_model)
+WEAK_CMD(cmd_bench_spec)
 WEAK_CMD(cmd_serve)
 WEAK_CMD(cmd_bench_grammar)
 WEAK_CMD(bench_pool_main)
@@ -39,6 +40,7 @@ static void usage(FILE *out) {
             "  bench -m FILE[,FILE]      llama-bench style speed table with roofline\n"
             "  bench pool | kernels      micro-benchmarks of the pool and the kernels\n"
             "  bench grammar             grammar mask time per token on large vocabularies\n"
+            "  bench spec [-m FILE]      speculative decoding: verify cost, plain vs speculative t/s\n"
             "  perplexity -m FILE -f TXT perplexity of a text\n"
             "  info FILE                 what a GGUF file holds (--tensors, --json)\n"
             "  info --threads            the thread count tern uses, and why\n"
@@ -71,6 +73,7 @@ int main(int argc, char **argv) {
         if (argc >= 3 && !strcmp(argv[2], "pool")) return bench_pool_main(argc - 2, argv + 2);
         if (argc >= 3 && !strcmp(argv[2], "kernels")) return bench_kernels_main(argc - 2, argv + 2);
         if (argc >= 3 && !strcmp(argv[2], "grammar")) return cmd_bench_grammar(argc - 2, argv + 2);
+        if (argc >= 3 && !strcmp(argv[2], "spec")) return cmd_bench_spec(argc - 2, argv + 2);
         return cmd_bench_model(sub_argc, sub_argv);
     }
     static const struct {

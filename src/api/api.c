@@ -1,6 +1,7 @@
 /*
  * api.c - the public model API of tern.h over the model, tokenizer and
- * sampler layers: ownership, timings, and the generation loop.
+ * sampler layers: ownership and timings (the generation loop is in
+ * generate.c, speculative decoding's drafter and controller in spec.c).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "tern.h"
+#include "api/api_internal.h"
 #include "core/common.h"
 #include "core/cpu.h"
 #include "kernels/kernels.h"
@@ -19,33 +21,9 @@
 #include "text/sampler.h"
 #include "text/tokenizer.h"
 
-struct tern_model {
-    model_t *m;
-    tokenizer_t *tok; /* NULL when the file has no usable tokenizer */
-    gvocab_t *gv;     /* the vocabulary trie of grammars, built on first use (gv_mu) */
-    char tok_err[TERN_ERR_MSG];
-    char type_name[32];
-    char name[128];
-    double load_ms;
-};
-
-struct tern_context {
-    const tern_model_t *model;
-    model_ctx_t *mc;
-    char note[512];
-    tern_timings_t t;
-    int (*abort_fn)(void *);
-    void *abort_user;
-};
-
 struct tern_session {
     const tern_model_t *model;
     session_t *s;
-};
-
-struct tern_sampler {
-    sampler_t *s;
-    tern_matcher_t *mt; /* borrowed */
 };
 
 struct tern_grammar {
@@ -404,9 +382,8 @@ void tern_context_set_abort(tern_context_t *c, int (*fn)(void *), void *user) {
     c->abort_user = user;
 }
 
-/* kind: 1 prompt, 0 generation. */
-static int eval_kind(tern_context_t *c, const int32_t *ids, int32_t n, float *logits_all, int prompt,
-                     tern_error_t *err) {
+int api_eval(tern_context_t *c, const int32_t *ids, int32_t n, float *logits_all, api_eval_kind_t kind,
+             tern_error_t *err) {
     if (!c || n < 0 || (n > 0 && !ids)) return tern_err(err, TERN_EINVAL, "tern_eval: bad arguments");
     if (n == 0) return 0;
     int64_t room = model_ctx_n_ctx(c->mc) - model_ctx_pos(c->mc);
@@ -437,12 +414,12 @@ static int eval_kind(tern_context_t *c, const int32_t *ids, int32_t n, float *lo
     /* Blocks reserved past what was evaluated go back. */
     if (rc) (void)model_ctx_truncate(c->mc, model_ctx_pos(c->mc), NULL);
     uint64_t dt = tern_now_ns() - t0, dd = tern_pool_dispatches(pool) - d0;
-    if (prompt) {
+    if (kind == API_EVAL_PROMPT) {
         c->t.n_prompt += n;
         c->t.prompt_ns += dt;
         c->t.prompt_dispatches += dd;
     } else {
-        c->t.n_gen += n;
+        if (kind == API_EVAL_GEN) c->t.n_gen += n;
         c->t.gen_ns += dt;
         c->t.gen_dispatches += dd;
     }
@@ -450,7 +427,7 @@ static int eval_kind(tern_context_t *c, const int32_t *ids, int32_t n, float *lo
 }
 
 int tern_eval(tern_context_t *c, const int32_t *ids, int32_t n, float *logits_all, tern_error_t *err) {
-    return eval_kind(c, ids, n, logits_all, n > 1, err);
+    return api_eval(c, ids, n, logits_all, n > 1 ? API_EVAL_PROMPT : API_EVAL_GEN, err);
 }
 
 const float *tern_get_logits(const tern_context_t *c) { return model_ctx_logits(c->mc); }
@@ -539,8 +516,6 @@ int tern_sampler_state_load(tern_sampler_t *s, const void *buf, size_t len, tern
     return sampler_state_load(s->s, buf, len, err);
 }
 
-/* ---- generation ---- */
-
 /* ---- grammars ---- */
 
 tern_grammar_t *tern_grammar_create(const tern_model_t *m, const char *gbnf, size_t len, const char *root,
@@ -625,96 +600,8 @@ void tern_sampler_set_matcher(tern_sampler_t *s, tern_matcher_t *mt) {
     sampler_set_matcher(s->s, mt ? mt->m : NULL);
 }
 tern_matcher_t *tern_sampler_matcher(const tern_sampler_t *s) { return s->mt; }
+gmatcher_t *api_matcher(tern_matcher_t *mt) { return mt ? mt->m : NULL; }
 
-const char *tern_stop_reason_name(tern_stop_reason_t r) {
-    switch (r) {
-    case TERN_STOP_LENGTH: return "length";
-    case TERN_STOP_EOG: return "eog";
-    case TERN_STOP_CALLBACK: return "callback";
-    case TERN_STOP_CTX_FULL: return "context full";
-    case TERN_STOP_ERROR: return "error";
-    }
-    return "?";
-}
-
-int tern_generate(tern_context_t *c, tern_sampler_t *s, const int32_t *prompt, int32_t n_prompt, int32_t n_predict,
-                  tern_token_cb cb, void *user, tern_generate_result_t *res, tern_error_t *err) {
-    if (res) {
-        res->n_generated = 0;
-        res->stop = TERN_STOP_ERROR;
-    }
-    if (!c || !s || n_prompt < 0 || (n_prompt > 0 && !prompt))
-        return tern_err(err, TERN_EINVAL, "tern_generate: bad arguments");
-    if (n_prompt == 0 && model_ctx_pos(c->mc) == 0)
-        return tern_err(err, TERN_EINVAL, "tern_generate: empty prompt and empty context (nothing to continue)");
-    int rc = eval_kind(c, prompt, n_prompt, NULL, 1, err);
-    if (rc) return rc;
-    for (int32_t i = 0; i < n_prompt; i++) sampler_accept(s->s, prompt[i]);
-
-    const tern_model_t *m = c->model;
-    tok_stream_t ds;
-    if (m->tok) {
-        tok_stream_init(&ds, m->tok);
-        /* SPM drops the leading space of the first piece of a text; after a
-         * prompt (more than BOS) the generated text continues it instead. */
-        if (model_ctx_pos(c->mc) > 1) ds.first = false;
-    }
-    char text[512];
-    int32_t ng = 0;
-    tern_stop_reason_t why = TERN_STOP_LENGTH;
-    while (ng < n_predict) {
-        uint64_t t0 = tern_now_ns();
-        int32_t id = sampler_sample(s->s, model_ctx_logits(c->mc));
-        c->t.sample_ns += tern_now_ns() - t0;
-        c->t.n_sample++;
-        if (id < 0 && s->mt && gmatcher_finished(s->mt->m)) { /* the grammar is complete and the
-                                                                * vocabulary has no end token */
-            why = TERN_STOP_EOG;
-            break;
-        }
-        if (id < 0) {
-            rc = tern_err(err, TERN_EINVAL,
-                          "tern_generate: the sampler allowed no token (the mask or the logit bias banned every one, "
-                          "or the mask callback failed) after %d tokens",
-                          ng);
-            break;
-        }
-        sampler_accept(s->s, id);
-        if (s->mt && (rc = gmatcher_accept(s->mt->m, id, err))) break;
-        bool eog = m->tok && tok_is_eog(m->tok, id);
-        int len = 0;
-        if (m->tok && !eog) {
-            len = tok_stream_push(&ds, id, text, sizeof text);
-            if (len < 0) len = 0;
-        }
-        ng++;
-        bool cb_stop = cb && cb(id, m->tok ? text : NULL, (size_t)len, user);
-        if (eog) {
-            why = TERN_STOP_EOG;
-            break;
-        }
-        /* Every reported token except an end-of-generation one goes into the
-         * cache, so a later call (chat) continues exactly after it. */
-        if (model_ctx_pos(c->mc) >= model_ctx_n_ctx(c->mc)) {
-            why = TERN_STOP_CTX_FULL;
-            break;
-        }
-        if ((rc = eval_kind(c, &id, 1, NULL, 0, err))) break;
-        if (cb_stop) {
-            why = TERN_STOP_CALLBACK;
-            break;
-        }
-    }
-    if (m->tok && cb) {
-        int len = tok_stream_flush(&ds, text, sizeof text);
-        if (len > 0) cb(-1, text, (size_t)len, user);
-    }
-    if (res) {
-        res->n_generated = ng;
-        res->stop = rc ? TERN_STOP_ERROR : why;
-    }
-    return rc;
-}
 
 /* ---- many sequences ---- */
 

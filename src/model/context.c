@@ -226,6 +226,9 @@ int64_t model_ctx_n_batch(const model_ctx_t *c) { return c->n_batch; }
 int model_ctx_threads(const model_ctx_t *c) { return tern_pool_threads(c->pool); }
 tern_pool_t *model_ctx_pool(model_ctx_t *c) { return c->pool; }
 const float *model_ctx_logits(const model_ctx_t *c) { return c->logits; }
+void model_ctx_set_logits(model_ctx_t *c, const float *logits) {
+    if (logits != c->logits) memcpy(c->logits, logits, (size_t)c->m->hp.n_vocab * sizeof *c->logits);
+}
 const model_prof_t *model_ctx_prof(const model_ctx_t *c) { return &c->prof; }
 void model_ctx_prof_reset(model_ctx_t *c) { memset(&c->prof, 0, sizeof c->prof); }
 

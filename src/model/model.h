@@ -183,6 +183,10 @@ int model_ctx_set_threads(model_ctx_t *c, int n_threads, tern_error_t *err);
  * either), or a kernel failure. */
 int model_eval(model_ctx_t *c, const int32_t *ids, int64_t n, float *logits_all, tern_error_t *err);
 const float *model_ctx_logits(const model_ctx_t *c); /* n_vocab floats */
+/* Replace them by a copy of n_vocab floats: for a caller that evaluated
+ * more positions than it keeps (speculative decoding drops the rejected
+ * drafts), so that they are again those of the last position kept. */
+void model_ctx_set_logits(model_ctx_t *c, const float *logits);
 
 /* A batch entry: token of sequence seq at position pos (MODEL_POS_APPEND:
  * the next one of its sequence, counting the batch's earlier entries of

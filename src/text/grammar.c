@@ -1864,6 +1864,7 @@ void gmatcher_free(gmatcher_t *m) {
 }
 
 void gmatcher_reset(gmatcher_t *m) { start_state(m); }
+const grammar_t *gmatcher_grammar(const gmatcher_t *m) { return m->g; }
 
 int gmatcher_copy(gmatcher_t *dst, const gmatcher_t *src, tern_error_t *err) {
     if (!dst || !src || dst->g != src->g) return tern_err(err, TERN_EINVAL, "grammar: copy between different grammars");

@@ -61,6 +61,7 @@ int grammar_bind(grammar_t *g, const gvocab_t *v, tern_error_t *err);
 double grammar_bind_ms(const grammar_t *g);
 
 /* A matcher at the grammar's start (g bound). */
+const grammar_t *gmatcher_grammar(const gmatcher_t *m);
 gmatcher_t *gmatcher_create(const grammar_t *g, tern_error_t *err);
 void gmatcher_free(gmatcher_t *m);
 void gmatcher_reset(gmatcher_t *m);
