@@ -528,9 +528,8 @@ void gbnf_oracle_free(gbnf_oracle_t *g) {
     free(g);
 }
 
-gbnf_oracle_t *gbnf_oracle_new(const char *gbnf, size_t len, char *why, size_t why_cap) {
-    char dummy[8];
-    if (!why || !why_cap) why = dummy, why_cap = sizeof dummy;
+/* The grammar read, every rule defined, a root; NULL with why otherwise. */
+static gbnf_oracle_t *read_grammar(const char *gbnf, size_t len, char *why, size_t why_cap) {
     why[0] = 0;
     gbnf_oracle_t *g = calloc(1, sizeof *g);
     if (!g) {
@@ -555,6 +554,22 @@ gbnf_oracle_t *gbnf_oracle_new(const char *gbnf, size_t len, char *why, size_t w
         gbnf_oracle_free(g);
         return NULL;
     }
+    return g;
+}
+
+int gbnf_oracle_syntax(const char *gbnf, size_t len, char *why, size_t why_cap) {
+    char dummy[8];
+    if (!why || !why_cap) why = dummy, why_cap = sizeof dummy;
+    gbnf_oracle_t *g = read_grammar(gbnf, len, why, why_cap);
+    gbnf_oracle_free(g);
+    return g != NULL;
+}
+
+gbnf_oracle_t *gbnf_oracle_new(const char *gbnf, size_t len, char *why, size_t why_cap) {
+    char dummy[8];
+    if (!why || !why_cap) why = dummy, why_cap = sizeof dummy;
+    gbnf_oracle_t *g = read_grammar(gbnf, len, why, why_cap);
+    if (!g) return NULL;
     buf_t b = {0};
     put(&b, "(?(DEFINE)");
     for (int i = 0; i < g->n_rules; i++) {

@@ -26,6 +26,10 @@ typedef struct gbnf_oracle gbnf_oracle_t;
 gbnf_oracle_t *gbnf_oracle_new(const char *gbnf, size_t len, char *why, size_t why_cap);
 void gbnf_oracle_free(gbnf_oracle_t *g);
 
+/* 1 when the text reads as GBNF (every rule defined, a root), without
+ * compiling it (PCRE2 cannot hold very large grammars); 0 with why. */
+int gbnf_oracle_syntax(const char *gbnf, size_t len, char *why, size_t why_cap);
+
 /* 1 when the whole text is in the language, 0 when not, -1 when PCRE2
  * could not decide (match or depth limit). */
 int gbnf_oracle_match(const gbnf_oracle_t *g, const char *text, size_t len);

@@ -241,7 +241,7 @@ static const cJSON *pointer(const cJSON *root, const char *ref) {
     const cJSON *at = root;
     const char *s = ref + 2;
     for (;;) {
-        char seg[256];
+        char seg[1024]; /* longer than the converter's segments */
         size_t k = 0;
         while (*s && *s != '/') {
             char c = *s++;

@@ -83,6 +83,12 @@ static const conv_t CONV[] = {
      {"\"\\\"red\\\"\" | "},
      {"\"red\"", "42", "null", "{\"a\":[1,true]}"},
      {"\"blue\"", "{\"a\": [1,true]}", "42.0", "\"Red\"", "\"red\" "}},
+    /* numbers spelled so they read back as the same double (cJSON's printer
+     * would write -9.00719925474099e+16 for the first) */
+    {"{\"enum\":[-90071992547409922.5,0.1,1e300,123456789012345678,[0.30000000000000004,-0.0]]}",
+     {"\"-9.007199254740992e+16\"", "\"[0.30000000000000004,-0]\""},
+     {"0.1", "1e+300", "[0.30000000000000004,-0]"},
+     {"0.3", "[0.3,0]", "-90071992547409920"}},
     {"{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},{\"type\":\"array\",\"items\":{\"type\":\"boolean\"}}]}",
      {"root ::= root-0 | root-1"},
      {"\"ab\"", "[]", "[true,false]", "\"\""},
@@ -322,6 +328,7 @@ static void test_hostile(void **state) {
          "left recursion) at /properties/a/anyOf/1"},
         {"{\"properties\":{\"\xff\":{}},\"additionalProperties\":true}", TERN_EINVAL, "not valid UTF-8"},
         {"{\"const\":\"\xc0\xaf\"}", TERN_EINVAL, "not valid UTF-8"},
+        {"{\"enum\":[1,[{\"a\":1,\"b\":{\"c\":1,\"c\":2}}]]}", TERN_EINVAL, "a value of \"enum\" has the key \"c\" twice"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof *BAD; i++) check_refused(BAD[i].schema, strlen(BAD[i].schema), BAD[i].code, BAD[i].msg);
 

@@ -468,11 +468,10 @@ static int put_lit(js_t *c, sb_t *b, const char *s, size_t n) {
     return sb_put(c, b, "\"");
 }
 
-/* The GBNF literal of the JSON text of string s (quotes, escapes). */
-static int put_json_string_lit(js_t *c, sb_t *b, const char *s) {
-    sb_t j = {0};
-    int rc = sb_putn(NULL, &j, "\"", 1);
-    for (const unsigned char *p = (const unsigned char *)s; !rc && *p; p++) {
+/* Appends the JSON text of string s (quotes, escapes) to j (no budget). */
+static int json_quote(sb_t *j, const char *s) {
+    if (sb_putn(NULL, j, "\"", 1)) return TERN_ENOMEM;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         char t[8];
         const char *e = NULL;
         switch (*p) {
@@ -489,16 +488,49 @@ static int put_json_string_lit(js_t *c, sb_t *b, const char *s) {
                 e = t;
             }
         }
-        rc = e ? sb_putn(NULL, &j, e, strlen(e)) : sb_putn(NULL, &j, (const char *)p, 1);
+        if (e ? sb_putn(NULL, j, e, strlen(e)) : sb_putn(NULL, j, (const char *)p, 1)) return TERN_ENOMEM;
     }
-    if (!rc) rc = sb_putn(NULL, &j, "\"", 1);
-    if (rc) {
-        free(j.p);
-        return oom(c);
-    }
-    rc = put_lit(c, b, j.p, j.n);
+    return sb_putn(NULL, j, "\"", 1) ? TERN_ENOMEM : 0;
+}
+
+/* The GBNF literal of the JSON text of string s. */
+static int put_json_string_lit(js_t *c, sb_t *b, const char *s) {
+    sb_t j = {0};
+    int rc = json_quote(&j, s);
+    rc = rc ? oom(c) : put_lit(c, b, j.p, j.n);
     free(j.p);
     return rc;
+}
+
+/* Compact JSON text of v (no budget; the caller bounds it). Numbers in the
+ * shortest form that reads back as the same double: cJSON's printer stops
+ * at 15 digits when that is merely close, which would name another number.
+ * Returns 0, TERN_ENOMEM, or TERN_EUNSUP for a number that is not finite. */
+static int json_print(sb_t *j, const cJSON *v) {
+    const char *w = cJSON_IsNull(v) ? "null" : cJSON_IsTrue(v) ? "true" : cJSON_IsFalse(v) ? "false" : NULL;
+    if (w) return sb_putn(NULL, j, w, strlen(w)) ? TERN_ENOMEM : 0;
+    if (cJSON_IsNumber(v)) {
+        double d = v->valuedouble;
+        if (!isfinite(d)) return TERN_EUNSUP;
+        char t[40];
+        for (int prec = 1; prec <= 17; prec++) {
+            snprintf(t, sizeof t, "%.*g", prec, d);
+            if (strtod(t, NULL) == d) break;
+        }
+        return sb_putn(NULL, j, t, strlen(t)) ? TERN_ENOMEM : 0;
+    }
+    if (cJSON_IsString(v)) return json_quote(j, v->valuestring);
+    int obj = cJSON_IsObject(v);
+    if (!obj && !cJSON_IsArray(v)) return TERN_EUNSUP;
+    if (sb_putn(NULL, j, obj ? "{" : "[", 1)) return TERN_ENOMEM;
+    for (const cJSON *m = v->child; m; m = m->next) {
+        if (m != v->child && sb_putn(NULL, j, ",", 1)) return TERN_ENOMEM;
+        if (obj && (json_quote(j, m->string) || sb_putn(NULL, j, ":", 1))) return TERN_ENOMEM;
+        int rc = json_print(j, m);
+        if (rc) return rc;
+        if (j->n > TERN_JS_MAX_OUTPUT) return TERN_ENOMEM; /* reported as the output bound */
+    }
+    return sb_putn(NULL, j, obj ? "}" : "]", 1) ? TERN_ENOMEM : 0;
 }
 
 /* ---- integer ranges ------------------------------------------------------------
@@ -741,6 +773,27 @@ static int value_has_type(const cJSON *v, unsigned mask) {
     return 0;
 }
 
+/* Objects with a key twice have no one meaning (and their literal would
+ * not compare equal to the value): refused inside enum and const values. */
+static int unique_keys(js_t *c, const cJSON *v, const char *kw) {
+    if (cJSON_IsObject(v)) {
+        strmap_t seen = {0};
+        int rc = 0;
+        for (const cJSON *m = v->child; m && !rc; m = m->next) {
+            char sh[64];
+            if (sm_get(&seen, m->string))
+                rc = js_fail(c, TERN_EINVAL, "a value of \"%s\" has the key \"%s\" twice", kw, shown(m->string, sh, sizeof sh));
+            else
+                rc = sm_add(c, &seen, m->string, 0, NULL);
+        }
+        sm_free(&seen);
+        TRY(rc);
+    }
+    if (cJSON_IsObject(v) || cJSON_IsArray(v))
+        for (const cJSON *m = v->child; m; m = m->next) TRY(unique_keys(c, m, kw));
+    return 0;
+}
+
 /* enum / const (with "type" as a filter). */
 static int gen_enum(js_t *c, const kws_t *k, sb_t *body) {
     unsigned mask = 0x7f;
@@ -760,14 +813,18 @@ static int gen_enum(js_t *c, const kws_t *k, sb_t *body) {
             if (!in) break;
         }
         if (!value_has_type(v, mask)) continue;
-        char *txt = cJSON_PrintUnformatted(v);
-        if (!txt) return oom(c);
-        /* cJSON prints a number it cannot hold (1e999 is inf) as null. */
-        int bad = cJSON_IsNumber(v) && !isfinite(v->valuedouble);
-        int rc = bad ? js_fail(c, TERN_EUNSUP, "a number in \"%s\" is out of range", cn ? "const" : "enum") : 0;
+        TRY(unique_keys(c, v, cn ? "const" : "enum"));
+        sb_t txt = {0};
+        int rc = json_print(&txt, v);
+        if (rc == TERN_EUNSUP) /* 1e999 reads as inf */
+            rc = js_fail(c, TERN_EUNSUP, "a number in \"%s\" is out of range", cn ? "const" : "enum");
+        else if (rc && txt.n > TERN_JS_MAX_OUTPUT)
+            rc = js_fail(c, TERN_EINVAL, "the grammar would be larger than %u bytes", TERN_JS_MAX_OUTPUT);
+        else if (rc)
+            rc = oom(c);
         if (!rc && n_out) rc = sb_put(c, body, " | ");
-        if (!rc) rc = put_lit(c, body, txt, strlen(txt));
-        cJSON_free(txt);
+        if (!rc) rc = put_lit(c, body, txt.p, txt.n);
+        free(txt.p);
         TRY(rc);
         n_out++;
     }
@@ -925,8 +982,8 @@ static int gen_object(js_t *c, const kws_t *k, const char *base, sb_t *body, con
         const char *vname;
         rc = gen_child(c, pv[i], "properties", pv[i]->string, -1, 1, base, pv[i]->string, &vname);
         char part[NAME_MAX_LEN + 8] = "";
-        sanitize_into(part, sizeof part, pv[i]->string);
-        snprintf(part + strlen(part), 8, "-kv");
+        sanitize_into(part, NAME_MAX_LEN + 1, pv[i]->string); /* room left for "-kv" */
+        memcpy(part + strlen(part), "-kv", 4);
         if (!rc) rc = new_name(c, base, part, &kv[i]);
         sb_reset(c, &tmp);
         if (!rc) rc = put_json_string_lit(c, &tmp, pv[i]->string);
