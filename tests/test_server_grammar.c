@@ -1,3 +1,4 @@
+// ctest-label: concurrent
 /* test_server_grammar.c - grammar-constrained generation end to end, judged
  * by checkers that do not use the grammar engine (tests/grammar_check.c):
  * every grammar of tests/grammars/ parses, accepts its good samples and

@@ -83,9 +83,12 @@
  */
 #include "text/grammar.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/common.h"
 
@@ -1681,9 +1684,103 @@ static int below_analysis(grammar_t *g) {
     return 0;
 }
 
+/* The classes of the CHAR elements the shared cursor hands out, one
+ * thread's share: each thread has its own walk and buffers, and writes
+ * only the classes of the elements it took. */
+typedef struct {
+    grammar_t *g;
+    _Atomic uint32_t next; /* next element to look at */
+    _Atomic int failed;
+} bind_job_t;
+
+static int bind_one(walk_t *w, uint64_t *bits, grammar_t *g, uint32_t e) {
+    const gvocab_t *v = g->v;
+    const size_t nw = ((size_t)v->n_vocab + 63) / 64;
+    tclass_t *tc = &g->cls[g->cls_of[e]];
+    memset(bits, 0, 2 * nw * sizeof *bits);
+    w->n_unc = 0;
+    sset_t *S = &w->scratch;
+    sset_clear(S);
+    /* the stack suffix every stack with e on top has (see below_analysis) */
+    uint32_t chain[BELOW_MAX + 1], n = 0, r = g->rule_of[e];
+    bool bottom = false;
+    chain[BELOW_MAX - n++] = e;
+    while (n <= BELOW_MAX - 1) {
+        uint32_t b = g->below[r];
+        if (b == BELOW_BOTTOM) bottom = true;
+        if (b >= BELOW_BOTTOM) break;
+        chain[BELOW_MAX - n++] = b;
+        r = g->rule_of[b];
+    }
+    sset_add(S, chain + BELOW_MAX + 1 - n, n);
+    /* a suffix down to the stack's bottom: nothing lies below, so an
+     * empty stack means the text is complete (no uncertain tokens) */
+    w->local = !bottom;
+    sset_t start = {0};
+    if (sset_copy(&start, S)) {
+        sset_free(&start);
+        return -1;
+    }
+    walk_from(w, &start, (u8s_t){0, 0, 0});
+    sset_free(&start);
+    if (w->failed) return -1;
+    uint32_t na = 0;
+    for (size_t i = 0; i < nw; i++) na += (uint32_t)__builtin_popcountll(bits[i]);
+    if ((size_t)na * 32 < (size_t)v->n_vocab) {
+        tc->accept_ids = malloc((na ? na : 1) * sizeof *tc->accept_ids);
+        if (!tc->accept_ids) return -1;
+        uint32_t k = 0;
+        for (size_t i = 0; i < nw; i++)
+            for (uint64_t b = bits[i]; b; b &= b - 1) tc->accept_ids[k++] = (uint32_t)(i * 64 + (size_t)__builtin_ctzll(b));
+    } else {
+        tc->accept_bits = malloc(nw * sizeof *bits);
+        if (!tc->accept_bits) return -1;
+        memcpy(tc->accept_bits, bits, nw * sizeof *bits);
+    }
+    tc->n_accept = na;
+    if (w->n_unc) {
+        uint32_t nu = 0;
+        for (size_t i = 0; i < nw; i++) nu += (uint32_t)__builtin_popcountll(w->ubits[i] & ~bits[i]);
+        tc->uncertain = malloc((nu ? nu : 1) * sizeof *tc->uncertain);
+        if (!tc->uncertain) return -1;
+        uint32_t k = 0;
+        for (size_t i = 0; i < nw; i++)
+            for (uint64_t b = w->ubits[i] & ~bits[i]; b; b &= b - 1)
+                tc->uncertain[k++] = (uint32_t)(i * 64 + (size_t)__builtin_ctzll(b));
+        tc->n_uncertain = nu;
+    }
+    return 0;
+}
+
+static void *bind_worker(void *arg) {
+    bind_job_t *job = arg;
+    grammar_t *g = job->g;
+    const size_t nw = ((size_t)g->v->n_vocab + 63) / 64;
+    walk_t w;
+    uint64_t *bits = calloc(2 * nw, sizeof *bits);
+    if (!bits || walk_init(&w, g, true)) {
+        if (bits) walk_free(&w);
+        free(bits);
+        job->failed = 1;
+        return NULL;
+    }
+    w.bits = bits;
+    w.ubits = bits + nw;
+    for (;;) {
+        uint32_t e = job->next++;
+        if (e >= g->n_E || job->failed) break;
+        if (g->E[e].kind == E_CHAR && bind_one(&w, bits, g, e)) {
+            job->failed = 1;
+            break;
+        }
+    }
+    walk_free(&w);
+    free(bits);
+    return NULL;
+}
+
 int grammar_bind(grammar_t *g, const gvocab_t *v, tern_error_t *err) {
     uint64_t t0 = tern_now_ns();
-    const size_t nw = ((size_t)v->n_vocab + 63) / 64;
     g->v = v;
     g->cls_of = malloc((size_t)g->n_E * sizeof *g->cls_of);
     uint32_t n_cls = 0;
@@ -1692,85 +1789,22 @@ int grammar_bind(grammar_t *g, const gvocab_t *v, tern_error_t *err) {
     g->cls = calloc(n_cls ? n_cls : 1, sizeof *g->cls);
     if (!g->cls) goto nomem;
     g->n_cls = n_cls;
-    walk_t w;
-    uint64_t *bits = calloc(2 * nw, sizeof *bits);
-    if (!bits || walk_init(&w, g, true)) {
-        free(bits);
-        walk_free(&w);
-        goto nomem;
-    }
-    w.bits = bits;
-    w.ubits = bits + nw;
-    if (below_analysis(g)) {
-        free(bits);
-        walk_free(&w);
-        goto nomem;
-    }
-    for (uint32_t e = 0; e < g->n_E && !w.failed; e++) {
-        if (g->E[e].kind != E_CHAR) continue;
-        tclass_t *tc = &g->cls[g->cls_of[e]];
-        memset(bits, 0, 2 * nw * sizeof *bits);
-        w.n_unc = 0;
-        sset_t *S = &w.scratch;
-        sset_clear(S);
-        /* the stack suffix every stack with e on top has (see below_analysis) */
-        uint32_t chain[BELOW_MAX + 1], n = 0, r = g->rule_of[e];
-        bool bottom = false;
-        chain[BELOW_MAX - n++] = e;
-        while (n <= BELOW_MAX - 1) {
-            uint32_t b = g->below[r];
-            if (b == BELOW_BOTTOM) bottom = true;
-            if (b >= BELOW_BOTTOM) break;
-            chain[BELOW_MAX - n++] = b;
-            r = g->rule_of[b];
-        }
-        sset_add(S, chain + BELOW_MAX + 1 - n, n);
-        /* a suffix down to the stack's bottom: nothing lies below, so an
-         * empty stack means the text is complete (no uncertain tokens) */
-        w.local = !bottom;
-        sset_t start = {0};
-        if (sset_copy(&start, S)) {
-            sset_free(&start);
-            goto nomem_w;
-        }
-        walk_from(&w, &start, (u8s_t){0, 0, 0});
-        sset_free(&start);
-        uint32_t na = 0;
-        for (size_t i = 0; i < nw; i++) na += (uint32_t)__builtin_popcountll(bits[i]);
-        if ((size_t)na * 32 < (size_t)v->n_vocab) {
-            tc->accept_ids = malloc((na ? na : 1) * sizeof *tc->accept_ids);
-            if (!tc->accept_ids) goto nomem_w;
-            uint32_t k = 0;
-            for (size_t i = 0; i < nw; i++)
-                for (uint64_t b = bits[i]; b; b &= b - 1)
-                    tc->accept_ids[k++] = (uint32_t)(i * 64 + (size_t)__builtin_ctzll(b));
-            tc->n_accept = na;
-        } else {
-            tc->accept_bits = malloc(nw * sizeof *bits);
-            if (!tc->accept_bits) goto nomem_w;
-            memcpy(tc->accept_bits, bits, nw * sizeof *bits);
-            tc->n_accept = na;
-        }
-        if (w.n_unc) {
-            uint32_t nu = 0;
-            for (size_t i = 0; i < nw; i++) nu += (uint32_t)__builtin_popcountll(w.ubits[i] & ~bits[i]);
-            tc->uncertain = malloc((nu ? nu : 1) * sizeof *tc->uncertain);
-            if (!tc->uncertain) goto nomem_w;
-            uint32_t k = 0;
-            for (size_t i = 0; i < nw; i++)
-                for (uint64_t b = w.ubits[i] & ~bits[i]; b; b &= b - 1)
-                    tc->uncertain[k++] = (uint32_t)(i * 64 + (size_t)__builtin_ctzll(b));
-            tc->n_uncertain = nu;
-        }
-    }
-    if (w.failed) goto nomem_w;
-    walk_free(&w);
-    free(bits);
+    if (below_analysis(g)) goto nomem;
+    /* Classes are independent: big grammars take the machine's CPUs (up to
+     * 8 threads; a small one stays on the caller). The result does not
+     * depend on the thread count. */
+    bind_job_t job = {g, 0, 0};
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = n_cls >= 256 ? (int)(ncpu > 8 ? 8 : ncpu < 1 ? 1 : ncpu) : 1;
+    pthread_t th[8];
+    int started = 0;
+    for (int i = 1; i < nt; i++)
+        if (pthread_create(&th[started], NULL, bind_worker, &job) == 0) started++;
+    bind_worker(&job);
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    if (job.failed) goto nomem;
     g->bind_ms = (double)(tern_now_ns() - t0) / 1e6;
     return 0;
-nomem_w:
-    walk_free(&w);
-    free(bits);
 nomem:
     return tern_err(err, TERN_ENOMEM, "grammar: out of memory while indexing the vocabulary");
 }
