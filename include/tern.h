@@ -514,6 +514,16 @@ int32_t tern_drafter_n_tokens(const tern_drafter_t *d);
  * no n-gram matched, or cap <= 0); *n_match (may be NULL) receives the
  * matched n (0: none). Negative ids in the history are never proposed. */
 int32_t tern_drafter_draft(const tern_drafter_t *d, int32_t *out, int32_t cap, int32_t *n_match);
+/* The drafts of text constrained by a grammar (mt: the sampler's matcher,
+ * NULL for none: tern_drafter_draft). When the grammar admits one
+ * continuation, its text (tern_matcher_forced) tokenized is the draft, less
+ * its last token (which may merge with what follows), with *n_match
+ * TERN_SPEC_NGRAM_MAX; otherwise the n-gram drafts, cut before the first
+ * token the grammar refuses. mt is not changed (a scratch copy in d checks
+ * the drafts). What tern_generate_spec drafts; for a server that runs its
+ * own passes. */
+int32_t tern_drafter_draft_under(tern_drafter_t *d, const tern_model_t *m, tern_matcher_t *mt, int32_t *out,
+                                 int32_t cap, int32_t *n_match);
 
 /* Adaptive draft length. It keeps two estimates:
  *   a(n)  for drafts that came from a match of an n-gram (n = the

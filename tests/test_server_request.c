@@ -121,6 +121,8 @@ static const bad_t BAD[] = {
     {COMPL, "{\"prompt\":\"a\",\"logprobs\":21}", "logprobs"},
     {COMPL, "{\"prompt\":\"a\",\"suffix\":\"z\"}", "suffix: not supported"},
     {COMPL, "{\"prompt\":\"a\",\"best_of\":3}", "best_of: only 1"},
+    {COMPL, "{\"prompt\":\"a\",\"speculative.n_max\":33}", "speculative.n_max: must be between 0 and 32"},
+    {COMPL, "{\"prompt\":\"a\",\"speculative.n_max\":\"4\"}", "speculative.n_max: must be an integer"},
 };
 
 static void test_bad_bodies(void **state) {
@@ -290,6 +292,11 @@ static void test_good_completion(void **state) {
     assert_null(r.prompt_ids);
     assert_int_equal(r.logprobs, 1);
     assert_int_equal(r.top_logprobs, 3);
+    assert_int_equal(r.has_spec_n_max, 0);
+    srv_request_free(&r);
+    assert_int_equal(parse(COMPL, "{\"prompt\":\"x\",\"speculative.n_max\":0}", &r, msg, sizeof msg), 0);
+    assert_int_equal(r.has_spec_n_max, 1);
+    assert_int_equal(r.spec_n_max, 0);
     srv_request_free(&r);
     assert_int_equal(parse(COMPL, "{\"prompt\":[\"one\"]}", &r, msg, sizeof msg), 0);
     assert_string_equal(r.prompt_text, "one");

@@ -67,7 +67,6 @@ typedef struct {
     bool rejected;      /* the sampler picked another token than draft j + 1 */
     bool open;          /* a pass ran and end_pass has not closed it */
     gmatcher_t *mt;     /* the sampler's grammar state, or NULL */
-    gmatcher_t *mdraft; /* scratch: drafts checked against the grammar */
     int grc;            /* the grammar refused an accepted token (never expected) */
 } gen_t;
 
@@ -115,39 +114,13 @@ static bool gen_accept(gen_t *g, int32_t id, bool *eog) {
 
 /* The draft source: up to cap tokens guessed to follow the accepted text
  * (which ends with the token about to be evaluated), and how much of the
- * text backs the guess (*n_match, the controller's key). Prompt lookup for
- * now; a source forced by a grammar would be consulted here. */
+ * text backs the guess (*n_match, the controller's key): the grammar's
+ * forced text, else prompt lookup cut where the grammar refuses
+ * (tern_drafter_draft_under, which the server shares). */
 static int32_t gen_draft(gen_t *g, int32_t *out, int32_t cap, int32_t *n_match) {
     *n_match = 0;
     if (!g->dr || cap <= 0) return 0;
-    if (g->mt) {
-        /* A grammar that admits one continuation: its text, tokenized, is
-         * the draft (keyed as the surest match length). */
-        char forced[256];
-        size_t nf = gmatcher_forced(g->mt, forced, sizeof forced);
-        int32_t *ids = NULL;
-        size_t n = 0;
-        if (nf && g->m->tok && tok_encode(g->m->tok, forced, nf, false, false, &ids, &n, NULL) == 0 && n) {
-            /* the last token may merge with what follows the forced text */
-            size_t keep = n > 1 ? n - 1 : 1;
-            if (keep > (size_t)cap) keep = (size_t)cap;
-            memcpy(out, ids, keep * sizeof *ids);
-            free(ids);
-            *n_match = TERN_SPEC_NGRAM_MAX;
-            return (int32_t)keep;
-        }
-        free(ids);
-    }
-    int32_t k = tern_drafter_draft(g->dr, out, cap, n_match);
-    if (k > 0 && g->mt) { /* drafts the grammar refuses would be rejected: cut them */
-        if (!g->mdraft) g->mdraft = gmatcher_create(gmatcher_grammar(g->mt), NULL);
-        if (!g->mdraft || gmatcher_copy(g->mdraft, g->mt, NULL)) return 0;
-        int32_t ok = 0;
-        while (ok < k && gmatcher_accept(g->mdraft, out[ok], NULL) == 0) ok++;
-        k = ok;
-        if (!k) *n_match = 0;
-    }
-    return k;
+    return tern_drafter_draft_under(g->dr, g->m, g->s->mt, out, cap, n_match);
 }
 
 /* Close the last pass: drop its drafts after the confirmed ones from the
@@ -344,7 +317,6 @@ done:
     if (st) *st = g.st;
     tern_drafter_free(g.dr);
     tern_spec_ctl_free(g.ctl);
-    gmatcher_free(g.mdraft);
     free(g.buf);
     return rc;
 }

@@ -58,6 +58,7 @@ struct tern_drafter {
     uint64_t *keys; /* (tcap) 0: empty */
     int32_t *vals;  /* (tcap) the position after the n-gram's most recent occurrence */
     size_t tcap, used;
+    gmatcher_t *gm; /* scratch of tern_drafter_draft_under: drafts checked against a grammar */
 };
 
 static uint64_t ngram_hash(const int32_t *t, int32_t n) {
@@ -129,6 +130,7 @@ void tern_drafter_free(tern_drafter_t *d) {
     free(d->hist);
     free(d->keys);
     free(d->vals);
+    gmatcher_free(d->gm);
     free(d);
 }
 
@@ -207,6 +209,47 @@ int32_t tern_drafter_draft(const tern_drafter_t *d, int32_t *out, int32_t cap, i
         return m;
     }
     return 0;
+}
+
+int32_t tern_drafter_draft_under(tern_drafter_t *d, const tern_model_t *m, tern_matcher_t *mt, int32_t *out,
+                                 int32_t cap, int32_t *n_match) {
+    if (n_match) *n_match = 0;
+    if (!d || !out || cap <= 0) return 0;
+    gmatcher_t *g = api_matcher(mt);
+    if (g && m && m->tok) {
+        /* A grammar that admits one continuation: its text, tokenized, is
+         * the draft (keyed as the surest match length). */
+        char forced[256];
+        const size_t nf = gmatcher_forced(g, forced, sizeof forced);
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (nf && tok_encode(m->tok, forced, nf, false, false, &ids, &n, NULL) == 0 && n) {
+            /* the last token may merge with what follows the forced text */
+            size_t keep = n > 1 ? n - 1 : 1;
+            if (keep > (size_t)cap) keep = (size_t)cap;
+            memcpy(out, ids, keep * sizeof *ids);
+            free(ids);
+            if (n_match) *n_match = TERN_SPEC_NGRAM_MAX;
+            return (int32_t)keep;
+        }
+        free(ids);
+    }
+    int32_t nm = 0;
+    int32_t k = tern_drafter_draft(d, out, cap, &nm);
+    if (k > 0 && g) { /* drafts the grammar refuses would be rejected: cut them */
+        if (d->gm && gmatcher_grammar(d->gm) != gmatcher_grammar(g)) {
+            gmatcher_free(d->gm);
+            d->gm = NULL;
+        }
+        if (!d->gm) d->gm = gmatcher_create(gmatcher_grammar(g), NULL);
+        if (!d->gm || gmatcher_copy(d->gm, g, NULL)) return 0;
+        int32_t ok = 0;
+        while (ok < k && gmatcher_accept(d->gm, out[ok], NULL) == 0) ok++;
+        k = ok;
+        if (!k) nm = 0;
+    }
+    if (n_match) *n_match = nm;
+    return k;
 }
 
 /* ---- the controller ----

@@ -45,6 +45,12 @@ static void usage(FILE *f) {
             "  --kv-block N           positions per KV memory block (default 32)\n"
             "  --sessions DIR         enable X-Session-Id / session_id: conversations saved in DIR\n"
             "                         (created if absent)\n"
+            "  --spec MODE            speculative decoding: ngram (drafts looked up in the text so far,\n"
+            "                         verified in the batch, used where measured to pay), ngram-fixed\n"
+            "                         (drafts in every step, for measurements), off (default ngram);\n"
+            "                         the answers are the same as without it\n"
+            "  --draft-max N          most drafts per request and step, 1..32 (default 8)\n"
+            "  --spec-ngram N         longest n-gram looked up for drafts, 1..16 (default 4)\n"
             "  --api-key KEY          require Authorization: Bearer KEY (all but /health and /)\n"
             "  --api-key-file F       the same, the key read from file F (first line)\n"
             "  --max-body BYTES       largest request body (default 4M; K and M suffixes)\n"
@@ -156,6 +162,9 @@ int cmd_serve(int argc, char **argv) {
     so.prefill_chunk = 256;
     so.cache_seqs = 16;
     so.request_timeout_s = 600;
+    so.spec = SRV_SPEC_NGRAM;
+    so.draft_max = 8;
+    so.spec_ngram = 4;
     int rc = 2;
     model_args_t ma;
     model_args_init(&ma);
@@ -215,6 +224,19 @@ int cmd_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--sessions")) {
             NEED_ARG;
             so.sessions_dir = v;
+        } else if (!strcmp(a, "--spec")) {
+            NEED_ARG;
+            if (!strcmp(v, "ngram")) so.spec = SRV_SPEC_NGRAM;
+            else if (!strcmp(v, "ngram-fixed")) so.spec = SRV_SPEC_FIXED;
+            else if (!strcmp(v, "off")) so.spec = SRV_SPEC_OFF;
+            else {
+                fprintf(stderr, "tern serve: --spec wants ngram, ngram-fixed or off, got '%s'\n", v);
+                goto out;
+            }
+        } else if (!strcmp(a, "--draft-max")) {
+            INT_OPT(1, TERN_SPEC_DRAFT_MAX, so.draft_max);
+        } else if (!strcmp(a, "--spec-ngram")) {
+            INT_OPT(1, TERN_SPEC_NGRAM_MAX, so.spec_ngram);
         } else if (!strcmp(a, "--api-key")) {
             NEED_ARG;
             free(api_key);
@@ -313,6 +335,11 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     if (srv_sched_note(s) && srv_sched_note(s)[0]) fprintf(stderr, "tern serve: %s\n", srv_sched_note(s));
+    if (so.spec)
+        fprintf(stderr,
+                "tern serve: speculative decoding: n-gram drafts (up to %d per step, n-grams up to %d)%s\n",
+                so.draft_max, so.spec_ngram,
+                so.spec == SRV_SPEC_FIXED ? " in every step" : ", used where measured to pay (--spec off disables)");
     srv_http_set_ready(h, m, s);
     fprintf(stderr, "tern serve: listening on http://%s:%d (model %s, ctx %d shared by up to %d requests)\n", ho.host,
             port, model_id, srv_sched_n_ctx(s), so.parallel);

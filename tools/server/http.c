@@ -441,6 +441,10 @@ static cJSON *timings_obj(const srv_usage_t *u) {
     cJSON_AddNumberToObject(o, "predicted_per_token_ms", ratio(u->predicted_ms, gn));
     cJSON_AddNumberToObject(o, "predicted_per_second", ratio(1e3 * gn, u->predicted_ms));
     cJSON_AddNumberToObject(o, "cache_n", u->cached_tokens);
+    if (u->draft_n > 0) { /* llama-server's names, present when drafts were evaluated */
+        cJSON_AddNumberToObject(o, "draft_n", u->draft_n);
+        cJSON_AddNumberToObject(o, "draft_n_accepted", u->draft_n_accepted);
+    }
     return o;
 }
 

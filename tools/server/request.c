@@ -501,6 +501,14 @@ static int parse_common(srv_kind_t kind, const cJSON *root, srv_request_t *r, ch
         if (!(r->grammar = strdup(s))) return snprintf(msg, cap, "Out of memory"), 500;
     }
 
+    /* llama-server's "speculative.n_max" (a key with a dot): the most drafts
+     * per step for this request (0: none), capped by the server's --draft-max */
+    if ((rc = get_int(root, "speculative.n_max", 0, TERN_SPEC_DRAFT_MAX, &i64, msg, cap)) > 1) return rc;
+    if (rc == 1) {
+        r->has_spec_n_max = 1;
+        r->spec_n_max = (int32_t)i64;
+    }
+
     if ((rc = get_str(root, "session_id", &s, msg, cap)) > 1) return rc;
     if (rc == 1) {
         if (!srv_session_id_valid(s))

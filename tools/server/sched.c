@@ -34,6 +34,59 @@
  * Byte identity: a job's logits depend only on its own tokens (tern_decode's
  * batch invariance; forks give the bytes of a fresh evaluation) and its
  * sampler is its own, so an answer is the same alone or among others.
+ *
+ * Speculative decoding (--spec ngram, the default; off; ngram-fixed for
+ * measurements). Each job keeps a drafter (tern_drafter_t) whose history is
+ * its prompt and every token it accepted. In a tick, a generating job may
+ * put k drafts after its token, each with its logits: what followed the
+ * last occurrence of the longest n-gram its text ends with, or the text its
+ * grammar forces (tern_drafter_draft_under, as tern_generate_spec does).
+ * After the pass each job is verified as tern_generate_spec verifies: the
+ * token is sampled from position 0's logits by job_sample (the one place a
+ * token becomes output: sampler, grammar, drafter, stop strings, logprobs,
+ * limits, streaming); while it equals the next draft, that draft is
+ * already evaluated and the next token comes from its position's logits.
+ * At the first mismatch, or when the job ends (a stop string, the end
+ * token, max_tokens), the positions after the last confirmed one are cut
+ * off (tern_seq_truncate) before anything else sees the sequence, so the
+ * KV memory, the sequence's id record, session files and prefix reuse hold
+ * what plain decoding would. Tokens are only sampled from logits of
+ * confirmed text, in order, by the job's own sampler: the answer is
+ * byte-identical to plain decoding, alone or among others.
+ *
+ * Limits on drafts: k <= max_tokens - tokens so far - 1 (a tick samples at
+ * most k + 1), the context's room, --draft-max and the request's
+ * speculative.n_max; and drafts only take KV blocks that are free beyond
+ * what the tick needs without them plus one block per generating job
+ * (oldest job first). A batch that still does not fit (TERN_EKVFULL) loses
+ * its drafts before any cached sequence or running job is given up.
+ *
+ * When to draft: the rule, per tick. Whether drafts pay depends on how many
+ * sequences share the pass: at one a step is bound by reading the weights
+ * and extra positions are nearly free; at many the pass is closer to
+ * compute-bound and each draft costs about what a sequence's token does.
+ * So it is measured per batch size (the number of generating jobs: 1 ..
+ * 16, then 17-32, 33-64 ...). Every tick with generating jobs and no
+ * prompt chunk is timed from the start of its planning to the end of its
+ * verification, and its rate, tokens emitted per second, is kept under its
+ * batch size and whether it evaluated drafts; the median of the last 7 of
+ * each is compared. When some job has drafts to offer: until 3 ticks with
+ * drafts are measured at this size, draft; then until 3 without are, do
+ * not; then draft when the median with drafts beats the median without by
+ * more than 2%, except for one plain tick after every 32 with drafts (the
+ * baseline is measured again); else do not, but probe with drafts after 16
+ * such ticks, then after 4 when the probe beat the plain median, or twice
+ * as many (up to 256) when it did not, so that a losing choice costs at
+ * most a few percent and a text that turns repetitive is noticed. Ticks
+ * with prompt chunks follow the decision of their batch size but are not
+ * measured. Within a tick that drafts, each job's draft length comes from
+ * its own tern_spec_ctl_t (tern.h's rule), which learns the job's
+ * acceptance per match length and is told of every tick (no drafts: it
+ * counts towards its probes); it is given no times, because in a shared
+ * pass no time is the job's own, so it weighs drafts with the prior cost
+ * r(k) = 1 + k/4 and leaves the question of whether drafting pays at all
+ * to the measured rule above. --spec ngram-fixed drafts in every tick, up
+ * to --draft-max, with neither controller (llama-server's behaviour).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -94,7 +147,34 @@ struct srv_job {
     tern_session_t *sess;
     double t_submit, t_admit, t_prompt_done, t_last_tok;
     srv_job_t *next; /* waiting queue */
+    /* speculative decoding (engine thread) */
+    tern_drafter_t *dr;   /* its history: the prompt and every accepted token (NULL: no drafts) */
+    tern_spec_ctl_t *ctl; /* its draft length, from its acceptance */
+    int32_t draft_cap;    /* most drafts per tick (--draft-max, the request's speculative.n_max) */
+    int32_t dk, dnm;      /* drafts in this tick's batch; the n-gram match they came from */
+    int32_t b0;           /* batch index of its token in this tick; its drafts follow */
+    int32_t chunk;        /* prompt positions in this tick */
+    int32_t drafts[TERN_SPEC_DRAFT_MAX];
+    int32_t n_drafted, n_accepted;
 };
+
+/* The per-tick decision (the header comment's rule). */
+#define TC_KEYS 23        /* batch sizes 1 .. 16, then 17-32, 33-64 ... 513-1024, more */
+#define TC_RING 7         /* rates kept per key and mode: their median decides */
+#define TC_MIN 3          /* ticks measured each way before they are compared */
+#define TC_GAIN 1.02      /* ticks with drafts must beat plain ones by 2% */
+#define TC_PLAIN_EVERY 32 /* while drafts win: a plain tick after this many with drafts */
+#define TC_PROBE_FIRST 16 /* while drafts lose: ticks between probes, at first */
+#define TC_PROBE_SOON 4   /* after a probe that beat the plain rate */
+#define TC_PROBE_MAX 256  /* the interval doubles after a probe that lost, up to this */
+enum { TC_PLAIN = 0, TC_DRAFT = 1 };
+typedef struct {
+    double rate[2][TC_RING]; /* emitted tokens per second of the last measured ticks, per mode */
+    int64_t n[2];            /* ticks measured, per mode */
+    double med[2];
+    int32_t since_plain, since_probe, probe_every;
+    int probing;
+} tick_ctl_t;
 
 #define HIST_N 12
 typedef struct {
@@ -130,10 +210,15 @@ struct srv_sched {
     tern_kv_stats_t m_kv;
     double m_tok_s; /* generated tok/s, smoothed over ticks */
     hist_t h_ttft, h_itl;
+    uint64_t m_drafted, m_accepted, m_draft_ticks;
+    double m_tc_med[TC_KEYS][2]; /* the controller's medians, copied for /metrics */
+    int64_t m_tc_n[TC_KEYS][2];
     /* the batch (engine-only) */
     tern_batch_entry_t *batch;
     srv_job_t **batch_job;
+    uint8_t *batch_draft; /* 1: the entry is a draft */
     int32_t batch_cap;
+    tick_ctl_t tc[TC_KEYS]; /* engine-only */
 };
 
 static double now_s(void) {
@@ -172,6 +257,8 @@ static void job_free(srv_job_t *j) {
     tern_matcher_free(j->mt);
     tern_detok_free(j->dt);
     tern_session_close(j->sess);
+    tern_drafter_free(j->dr);
+    tern_spec_ctl_free(j->ctl);
     srv_request_free(j->req);
     free(j->req);
     free(j->out);
@@ -269,6 +356,8 @@ static void job_finish(srv_job_t *j, const char *finish, int status, const char 
     double tp = j->t_prompt_done > 0 ? j->t_prompt_done : now_s();
     us->prompt_ms = j->t_admit > 0 ? (tp - j->t_admit) * 1e3 : 0;
     us->predicted_ms = j->t_prompt_done > 0 && j->t_last_tok > 0 ? (j->t_last_tok - j->t_prompt_done) * 1e3 : 0;
+    us->draft_n = j->n_drafted;
+    us->draft_n_accepted = j->n_accepted;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     j->state = JOB_DONE;
@@ -580,6 +669,25 @@ static int admit(srv_sched_t *s, srv_job_t *j) {
         return -1;
     }
     for (int32_t i = 0; i < n; i++) tern_sampler_accept(j->smp, P[i]);
+    j->draft_cap = s->o.spec ? s->o.draft_max : 0;
+    if (r->has_spec_n_max && r->spec_n_max < j->draft_cap) j->draft_cap = r->spec_n_max;
+    if (j->draft_cap > 0) {
+        /* No drafter (out of memory): the job runs without drafts, its
+         * output does not depend on them. */
+        tern_spec_params_t sp = tern_spec_default_params();
+        sp.n_draft_max = j->draft_cap;
+        sp.ngram_max = s->o.spec_ngram;
+        sp.ngram_min = 1;
+        sp.adaptive = s->o.spec != SRV_SPEC_FIXED;
+        j->dr = tern_drafter_create(sp.ngram_min, sp.ngram_max, NULL);
+        j->ctl = j->dr ? tern_spec_ctl_create(&sp, NULL) : NULL;
+        if (!j->ctl || tern_drafter_push(j->dr, P, n, NULL)) {
+            tern_drafter_free(j->dr);
+            tern_spec_ctl_free(j->ctl);
+            j->dr = NULL;
+            j->ctl = NULL;
+        }
+    }
     int32_t room = s->n_ctx - n;
     j->max_gen = r->max_tokens > 0 && r->max_tokens < room ? r->max_tokens : room;
     for (int k = 0; k < r->n_stop; k++) {
@@ -655,12 +763,16 @@ static int batch_reserve(srv_sched_t *s, int32_t n) {
     srv_job_t **bj = realloc(s->batch_job, (size_t)n * sizeof *bj);
     if (!bj) return -1;
     s->batch_job = bj;
+    uint8_t *bd = realloc(s->batch_draft, (size_t)n * sizeof *bd);
+    if (!bd) return -1;
+    s->batch_draft = bd;
     s->batch_cap = n;
     return 0;
 }
 
-/* Sample the job's next token from logits; publish it. */
-static void job_sample(srv_sched_t *s, srv_job_t *j, const float *logits, double t) {
+/* Sample the job's next token from logits; publish it. n_pos: the positions
+ * of confirmed text its sequence holds (drafts after them not counted). */
+static void job_sample(srv_sched_t *s, srv_job_t *j, const float *logits, double t, int32_t n_pos) {
     srv_request_t *r = j->req;
     int32_t id = tern_sampler_sample(j->smp, logits);
     if (id < 0 && j->mt && tern_matcher_finished(j->mt)) { /* the grammar is complete; no end token */
@@ -680,6 +792,11 @@ static void job_sample(srv_sched_t *s, srv_job_t *j, const float *logits, double
             job_finish(j, NULL, 500, gerr.msg);
             return;
         }
+    }
+    if (j->dr && tern_drafter_push(j->dr, &id, 1, NULL)) {
+        /* out of memory for the history: no more drafts for this job */
+        tern_drafter_free(j->dr);
+        j->dr = NULL;
     }
     int first = j->n_gen == 0;
     if (first) {
@@ -705,7 +822,7 @@ static void job_sample(srv_sched_t *s, srv_job_t *j, const float *logits, double
         if (r->logprobs) have_tk = fill_logprobs(s, j, logits, id, &tk) == 0;
     }
     int done_len = !eog && j->n_gen >= j->max_gen;
-    int ctx_full = !eog && !done_len && tern_seq_pos(s->c, j->seq) + 1 > s->n_ctx;
+    int ctx_full = !eog && !done_len && n_pos + 1 > s->n_ctx;
     if (eog || done_len || ctx_full) {
         int f = tern_detok_flush(j->dt, buf + nb, sizeof buf - (size_t)nb);
         if (f > 0) nb += f;
@@ -740,34 +857,218 @@ static void job_sample(srv_sched_t *s, srv_job_t *j, const float *logits, double
     }
 }
 
+/* ---- speculative decoding: the per-tick decision ------------------------ */
+
+static int tc_key(int32_t n_gen) {
+    if (n_gen <= 16) return n_gen > 0 ? n_gen - 1 : 0;
+    int k = 16;
+    for (int32_t lim = 32; n_gen > lim && k < TC_KEYS - 1; lim *= 2) k++;
+    return k;
+}
+
+static void tc_init(tick_ctl_t *c) {
+    memset(c, 0, sizeof *c);
+    c->probe_every = TC_PROBE_FIRST;
+}
+
+/* Drafts in this tick, at its batch size, when some job has them? */
+static int tc_decide(tick_ctl_t *c) {
+    if (c->n[TC_DRAFT] < TC_MIN) return TC_DRAFT;
+    if (c->n[TC_PLAIN] < TC_MIN) return TC_PLAIN;
+    if (c->med[TC_DRAFT] > TC_GAIN * c->med[TC_PLAIN]) return c->since_plain >= TC_PLAIN_EVERY ? TC_PLAIN : TC_DRAFT;
+    if (++c->since_probe >= c->probe_every) {
+        c->probing = 1;
+        return TC_DRAFT;
+    }
+    return TC_PLAIN;
+}
+
+/* A measured tick: mode (drafts evaluated or not), its emitted tokens per
+ * second. */
+static void tc_record(tick_ctl_t *c, int mode, double rate) {
+    double *r = c->rate[mode];
+    r[c->n[mode] % TC_RING] = rate;
+    c->n[mode]++;
+    const int n = c->n[mode] < TC_RING ? (int)c->n[mode] : TC_RING;
+    double v[TC_RING];
+    for (int i = 0; i < n; i++) { /* insertion sort of at most TC_RING */
+        int k = i;
+        for (; k > 0 && v[k - 1] > r[i]; k--) v[k] = v[k - 1];
+        v[k] = r[i];
+    }
+    c->med[mode] = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    if (mode == TC_PLAIN) {
+        c->since_plain = 0;
+        return;
+    }
+    c->since_plain++;
+    if (c->probing) {
+        c->probing = 0;
+        c->since_probe = 0;
+        if (c->n[TC_PLAIN] >= TC_MIN && rate > TC_GAIN * c->med[TC_PLAIN])
+            c->probe_every = TC_PROBE_SOON;
+        else
+            c->probe_every = c->probe_every * 2 < TC_PROBE_MAX ? c->probe_every * 2 : TC_PROBE_MAX;
+    }
+}
+
+static int32_t blocks_for(int32_t n_pos, int32_t bp) { return (n_pos + bp - 1) / bp; }
+
+/* The drafts of each generating job for this tick (j->dk, j->drafts):
+ * found by prompt lookup (or the grammar's forced text), kept when the
+ * controller of this batch size says draft, cut to each job's controller,
+ * its tokens still wanted and the context; then cut, oldest job first,
+ * to the free KV blocks beyond what the tick needs without them (plain_need)
+ * and a block per generating job. */
+static void plan_drafts(srv_sched_t *s, int32_t n_gen, int32_t plain_need) {
+    int any = 0;
+    for (int32_t i = 0; i < s->n_active; i++) {
+        srv_job_t *j = s->active[i];
+        j->dk = j->dnm = 0;
+        if (j->state != JOB_GEN || !j->dr) continue;
+        int32_t cap = j->draft_cap;
+        const int32_t left = j->max_gen - j->n_gen - 1; /* a tick samples up to dk + 1 tokens */
+        const int32_t room = s->n_ctx - tern_seq_pos(s->c, j->seq) - 1;
+        if (cap > left) cap = left;
+        if (cap > room) cap = room;
+        if (cap <= 0) continue;
+        j->dk = tern_drafter_draft_under(j->dr, s->m, j->mt, j->drafts, cap, &j->dnm);
+        any |= j->dk > 0;
+    }
+    if (!any) return;
+    const int mode = s->o.spec == SRV_SPEC_FIXED ? TC_DRAFT : tc_decide(&s->tc[tc_key(n_gen)]);
+    tern_kv_stats_t st;
+    tern_kv_stats(s->c, &st);
+    int32_t spare = st.n_free - plain_need - n_gen;
+    for (int32_t i = 0; i < s->n_active; i++) {
+        srv_job_t *j = s->active[i];
+        if (j->state != JOB_GEN || j->dk == 0) continue;
+        if (mode == TC_PLAIN) {
+            j->dk = 0;
+            continue;
+        }
+        const int32_t want = tern_spec_ctl_next(j->ctl, j->dnm);
+        if (j->dk > want) j->dk = want;
+        const int32_t pos = tern_seq_pos(s->c, j->seq) + 1, bp = st.block_pos > 0 ? st.block_pos : 1;
+        const int32_t need = blocks_for(pos + j->dk, bp) - blocks_for(pos, bp);
+        if (need > spare) j->dk = 0;
+        else spare -= need;
+    }
+}
+
+/* After the pass: sample the job's tokens from its positions' logits as
+ * plain decoding would, one by one, while each equals the next draft; drop
+ * the drafts after the last confirmed one from the KV memory. */
+static void verify(srv_sched_t *s, srv_job_t *j, double t, int32_t *emitted) {
+    const int32_t dk = j->dk, b0 = j->b0;
+    const int32_t base = tern_seq_pos(s->c, j->seq) - 1 - dk; /* positions before this tick */
+    int32_t p = 0;
+    int rejected = 0;
+    j->n_drafted += dk; /* counted before the sampling that may finish the job (its usage) */
+    for (;; p++) {
+        job_sample(s, j, tern_batch_logits(s->c, b0 + p), t, base + p + 1);
+        (*emitted)++;
+        if (j->state == JOB_DONE || p == dk) break;
+        if (j->last_tok != j->drafts[p]) {
+            rejected = 1;
+            break;
+        }
+        /* draft p + 1 confirmed: it is in the KV memory, its logits are next */
+        j->n_accepted++;
+    }
+    for (int32_t q = 0; q <= p; q++) slot_push(&s->seqs[j->seq], s->batch[b0 + q].token);
+    if (p < dk) {
+        tern_error_t err = {0};
+        if (tern_seq_truncate(s->c, j->seq, base + p + 1, &err) < 0) {
+            /* cannot happen (the arguments are right); never keep or save
+             * a sequence with unconfirmed drafts */
+            s->seqs[j->seq].bad = 1;
+            tern_session_close(j->sess);
+            j->sess = NULL;
+            if (j->state != JOB_DONE) job_finish(j, NULL, 500, err.msg);
+        }
+    }
+    /* A tick cut short by a stop (not by a rejection) reports only the
+     * drafts that were checked. */
+    if (j->ctl) tern_spec_ctl_observe(j->ctl, j->dnm, rejected ? dk : p, p);
+    j->dk = 0;
+}
+
+/* Drop the batch's entries of victim, and its drafts when drop_drafts. */
+static int32_t batch_filter(srv_sched_t *s, int32_t n, const srv_job_t *victim, int drop_drafts) {
+    int32_t w = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (s->batch_job[i] == victim || (drop_drafts && s->batch_draft[i])) continue;
+        s->batch[w] = s->batch[i];
+        s->batch_job[w] = s->batch_job[i];
+        s->batch_draft[w++] = s->batch_draft[i];
+    }
+    return w;
+}
+
 /* One forward pass. Returns 1 when work was done. */
 static int tick(srv_sched_t *s) {
-    int32_t n = 0;
-    if (batch_reserve(s, s->n_active + s->o.prefill_chunk + 1) < 0) return 0;
+    const double t0 = now_s();
+    int32_t n = 0, n_gen = 0;
+    if (batch_reserve(s, s->n_active * (1 + s->o.draft_max) + s->o.prefill_chunk + 1) < 0) return 0;
+    /* the prompt chunks of this tick, and the KV blocks the tick needs without drafts */
+    tern_kv_stats_t st;
+    tern_kv_stats(s->c, &st);
+    const int32_t bp = st.block_pos > 0 ? st.block_pos : 1;
+    int32_t plain_need = 0, budget = s->o.prefill_chunk;
+    for (int32_t i = 0; i < s->n_active; i++) {
+        srv_job_t *j = s->active[i];
+        j->chunk = 0;
+        if (j->state == JOB_GEN) {
+            const int32_t pos = tern_seq_pos(s->c, j->seq);
+            plain_need += blocks_for(pos + 1, bp) - blocks_for(pos, bp);
+            n_gen++;
+        } else if (j->state == JOB_PREFILL && budget > 0) {
+            const int32_t left = j->req->n_prompt - j->n_done, k = left < budget ? left : budget;
+            j->chunk = k;
+            budget -= k;
+            plain_need += blocks_for(j->n_done + k, bp) - blocks_for(j->n_done, bp);
+        }
+    }
+    if (s->o.spec && n_gen > 0) plan_drafts(s, n_gen, plain_need);
     for (int32_t i = 0; i < s->n_active; i++) {
         srv_job_t *j = s->active[i];
         if (j->state != JOB_GEN) continue;
         s->batch[n] = (tern_batch_entry_t){j->seq, j->last_tok, TERN_POS_APPEND, 1};
+        s->batch_draft[n] = 0;
         s->batch_job[n++] = j;
-    }
-    int32_t budget = s->o.prefill_chunk;
-    for (int32_t i = 0; i < s->n_active && budget > 0; i++) {
-        srv_job_t *j = s->active[i];
-        if (j->state != JOB_PREFILL) continue;
-        int32_t left = j->req->n_prompt - j->n_done, k = left < budget ? left : budget;
-        for (int32_t t = 0; t < k; t++) {
-            int32_t p = j->n_done + t;
-            s->batch[n] = (tern_batch_entry_t){j->seq, j->req->prompt_ids[p], TERN_POS_APPEND, p == j->req->n_prompt - 1};
+        for (int32_t d = 0; d < j->dk; d++) {
+            s->batch[n] = (tern_batch_entry_t){j->seq, j->drafts[d], TERN_POS_APPEND, 1};
+            s->batch_draft[n] = 1;
             s->batch_job[n++] = j;
         }
-        budget -= k;
+    }
+    int has_prefill = 0;
+    for (int32_t i = 0; i < s->n_active; i++) {
+        srv_job_t *j = s->active[i];
+        if (j->state != JOB_PREFILL) continue;
+        for (int32_t t = 0; t < j->chunk; t++) {
+            int32_t p = j->n_done + t;
+            s->batch[n] = (tern_batch_entry_t){j->seq, j->req->prompt_ids[p], TERN_POS_APPEND, p == j->req->n_prompt - 1};
+            s->batch_draft[n] = 0;
+            s->batch_job[n++] = j;
+            has_prefill = 1;
+        }
     }
     if (n == 0) return 0;
+    int lost = 0; /* a job gave way: the tick is not measured */
     for (;;) {
         tern_error_t err = {0};
         int rc = tern_decode(s->c, s->batch, n, &err);
         if (rc == 0) break;
         if (rc == TERN_EKVFULL) {
+            /* drafts go first: they never cost another request its memory */
+            int32_t w = batch_filter(s, n, NULL, 1);
+            if (w < n) {
+                for (int32_t i = 0; i < s->n_active; i++) s->active[i]->dk = 0;
+                n = w;
+                continue;
+            }
             int32_t v = lru_cached(s, -1);
             if (v >= 0) {
                 seq_drop(s, v);
@@ -779,7 +1080,6 @@ static int tick(srv_sched_t *s) {
                 if (s->active[i]->state != JOB_DONE && (!victim || s->active[i]->order > victim->order))
                     victim = s->active[i];
             if (!victim) return 0;
-            tern_kv_stats_t st;
             tern_kv_stats(s->c, &st);
             char msg[256];
             snprintf(msg, sizeof msg,
@@ -788,15 +1088,10 @@ static int tick(srv_sched_t *s) {
                      st.n_blocks, st.block_pos, s->n_active);
             fail_job(s, victim, 503, msg);
             /* drop its entries from the batch */
-            int32_t w = 0;
-            for (int32_t i = 0; i < n; i++)
-                if (s->batch_job[i] != victim) {
-                    s->batch[w] = s->batch[i];
-                    s->batch_job[w++] = s->batch_job[i];
-                }
-            n = w;
+            n = batch_filter(s, n, victim, 0);
             log_done(victim);
             retire(s, victim, 0);
+            lost = 1;
             if (n == 0) return 1;
             continue;
         }
@@ -809,32 +1104,54 @@ static int tick(srv_sched_t *s) {
             }
         return 1;
     }
-    double t = now_s();
-    int64_t n_prompt_eval = 0, n_gen0 = 0;
-    pthread_mutex_lock(&s->mu);
-    n_gen0 = (int64_t)s->m_generated;
-    pthread_mutex_unlock(&s->mu);
+    const double t = now_s();
+    int64_t n_prompt_eval = 0, drafted = 0, accepted = 0;
+    int32_t emitted = 0, n_gen_batch = 0, n_draft_entries = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (s->batch_draft[i]) n_draft_entries++;
+        else if (s->batch_job[i]->state == JOB_GEN) {
+            s->batch_job[i]->b0 = i;
+            n_gen_batch++;
+        }
+    }
     for (int32_t i = 0; i < n; i++) {
         srv_job_t *j = s->batch_job[i];
-        slot_push(&s->seqs[j->seq], s->batch[i].token);
+        if (s->batch_draft[i]) continue; /* verified with its job's token */
         if (j->state == JOB_PREFILL) {
+            slot_push(&s->seqs[j->seq], s->batch[i].token);
             j->n_done++;
             n_prompt_eval++;
             if (j->n_done == j->req->n_prompt) {
                 j->t_prompt_done = t;
                 save_session(s, j); /* the prompt is a turn too: a crash while generating keeps it */
-                job_sample(s, j, tern_batch_logits(s->c, i), t);
+                job_sample(s, j, tern_batch_logits(s->c, i), t, j->n_done);
             }
-        } else if (j->state == JOB_GEN) {
-            job_sample(s, j, tern_batch_logits(s->c, i), t);
+        } else if (j->state == JOB_GEN && j->b0 == i) {
+            const int32_t a0 = j->n_accepted, d0 = j->n_drafted;
+            verify(s, j, t, &emitted);
+            drafted += j->n_drafted - d0;
+            accepted += j->n_accepted - a0;
         }
     }
+    const double t1 = now_s();
+    /* A tick of generating jobs only is measured for the controller of its
+     * batch size: tokens emitted per second, with drafts or without. */
+    int measured = s->o.spec == SRV_SPEC_NGRAM && !has_prefill && !lost && n_gen_batch > 0 && t1 > t0;
+    const int k = tc_key(n_gen_batch);
+    if (measured) tc_record(&s->tc[k], n_draft_entries ? TC_DRAFT : TC_PLAIN, (double)emitted / (t1 - t0));
     pthread_mutex_lock(&s->mu);
     s->m_prompt_eval += (uint64_t)n_prompt_eval;
     s->m_ticks++;
+    s->m_drafted += (uint64_t)drafted;
+    s->m_accepted += (uint64_t)accepted;
+    if (n_draft_entries) s->m_draft_ticks++;
+    if (measured)
+        for (int m = 0; m < 2; m++) {
+            s->m_tc_med[k][m] = s->tc[k].med[m];
+            s->m_tc_n[k][m] = s->tc[k].n[m];
+        }
     tern_kv_stats(s->c, &s->m_kv);
     pthread_mutex_unlock(&s->mu);
-    (void)n_gen0;
     return 1;
 }
 
@@ -959,6 +1276,12 @@ srv_sched_t *srv_sched_create(const tern_model_t *m, const srv_sched_opts_t *o, 
     if (s->o.prefill_chunk <= 0) s->o.prefill_chunk = 256;
     if (s->o.cache_seqs < 0) s->o.cache_seqs = 0;
     if (s->o.cache_seqs > 1024) s->o.cache_seqs = 1024;
+    if (s->o.draft_max <= 0) s->o.draft_max = 8;
+    if (s->o.draft_max > TERN_SPEC_DRAFT_MAX) s->o.draft_max = TERN_SPEC_DRAFT_MAX;
+    if (s->o.spec_ngram <= 0) s->o.spec_ngram = 4;
+    if (s->o.spec_ngram > TERN_SPEC_NGRAM_MAX) s->o.spec_ngram = TERN_SPEC_NGRAM_MAX;
+    if (!s->o.spec) s->o.draft_max = 0; /* the batch holds no drafts */
+    for (int k = 0; k < TC_KEYS; k++) tc_init(&s->tc[k]);
     s->n_seq = s->o.parallel + (s->o.cache_seqs ? s->o.cache_seqs : 0) + 1;
     s->n_vocab = tern_model_n_vocab(m);
     pthread_mutex_init(&s->mu, NULL);
@@ -1040,6 +1363,7 @@ void srv_sched_free(srv_sched_t *s) {
     free(s->active);
     free(s->batch);
     free(s->batch_job);
+    free(s->batch_draft);
     free(s->sessions_dir);
     tern_context_free(s->c);
     pthread_mutex_destroy(&s->mu);
@@ -1180,7 +1504,29 @@ char *srv_sched_metrics(srv_sched_t *s) {
     G("tern_kv_blocks_free", "gauge", "KV memory blocks free.", "%d", s->m_kv.n_free);
     G("tern_kv_blocks_shared", "gauge", "KV memory blocks shared by several sequences.", "%d", s->m_kv.n_shared);
     G("tern_kv_block_positions", "gauge", "Positions per KV memory block.", "%d", s->m_kv.block_pos);
+    G("tern_spec_draft_tokens_total", "counter", "Draft tokens evaluated (speculative decoding).", "%llu",
+      (unsigned long long)s->m_drafted);
+    G("tern_spec_accepted_tokens_total", "counter", "Draft tokens confirmed by the sampler.", "%llu",
+      (unsigned long long)s->m_accepted);
+    G("tern_spec_draft_passes_total", "counter", "Forward passes (ticks) that evaluated drafts.", "%llu",
+      (unsigned long long)s->m_draft_ticks);
+    G("tern_spec_acceptance_rate", "gauge", "Draft tokens confirmed over draft tokens evaluated, since the start.",
+      "%.4f", s->m_drafted ? (double)s->m_accepted / (double)s->m_drafted : 0.0);
 #undef G
+    sb_printf(&b,
+              "# HELP tern_spec_tick_tokens_per_second Median emitted tokens per second of recent generation-only "
+              "ticks, per batch size (sequences) and whether they evaluated drafts: what the per-tick decision "
+              "compares.\n# TYPE tern_spec_tick_tokens_per_second gauge\n");
+    for (int k = 0; k < TC_KEYS; k++)
+        for (int m = 0; m < 2; m++) {
+            if (!s->m_tc_n[k][m]) continue;
+            char lab[32];
+            if (k < 16) snprintf(lab, sizeof lab, "%d", k + 1);
+            else if (k < TC_KEYS - 1) snprintf(lab, sizeof lab, "%d-%d", (16 << (k - 16)) + 1, 32 << (k - 16));
+            else snprintf(lab, sizeof lab, "%d+", (16 << (k - 16)) + 1);
+            sb_printf(&b, "tern_spec_tick_tokens_per_second{sequences=\"%s\",drafts=\"%s\"} %.3f\n", lab,
+                      m ? "yes" : "no", s->m_tc_med[k][m]);
+        }
     sb_hist(&b, "tern_time_to_first_token_seconds", "Time from a request's arrival to its first token.", &s->h_ttft);
     sb_hist(&b, "tern_inter_token_latency_seconds", "Time between consecutive tokens of a request.", &s->h_itl);
     pthread_mutex_unlock(&s->mu);

@@ -58,6 +58,10 @@ typedef struct {
      * compiled for the model by srv_request_prepare */
     char *grammar;
     tern_grammar_t *gram;
+    /* speculative decoding: "speculative.n_max" (llama-server's field), the
+     * most drafts per step for this request, capped by --draft-max; 0: none */
+    int has_spec_n_max;
+    int32_t spec_n_max;
     /* transport */
     int stream;
     int include_usage;     /* stream_options.include_usage */
@@ -68,6 +72,12 @@ typedef struct {
 void srv_request_free(srv_request_t *r);
 
 /* ---- the scheduler (sched.c) ------------------------------------------ */
+
+enum {
+    SRV_SPEC_OFF = 0,   /* no drafts */
+    SRV_SPEC_NGRAM = 1, /* prompt-lookup drafts where measured to pay: per tick and per job */
+    SRV_SPEC_FIXED = 2  /* prompt-lookup drafts in every tick, draft_max of them (for measurements) */
+};
 
 typedef struct {
     int32_t parallel;      /* requests decoding at once (default 8) */
@@ -80,6 +90,10 @@ typedef struct {
     int32_t cache_seqs;    /* finished conversations kept for prefix reuse (LRU; default 16) */
     const char *sessions_dir; /* NULL: no session files */
     double request_timeout_s; /* per-request wall time (0: none) */
+    /* speculative decoding (sched.c's header comment) */
+    int spec;              /* SRV_SPEC_* */
+    int32_t draft_max;     /* most drafts per job and tick, 1 .. TERN_SPEC_DRAFT_MAX (default 8) */
+    int32_t spec_ngram;    /* longest n-gram looked up, 1 .. TERN_SPEC_NGRAM_MAX (default 4) */
 } srv_sched_opts_t;
 
 typedef struct srv_sched srv_sched_t;
@@ -120,6 +134,7 @@ typedef struct {
     int32_t prompt_tokens, cached_tokens, completion_tokens;
     double prompt_ms, predicted_ms; /* llama-server's timings */
     double ttft_ms;
+    int32_t draft_n, draft_n_accepted; /* drafts evaluated for the request; of them, confirmed */
 } srv_usage_t;
 
 /* What a job produced since the consumer's last call. text/toks are
