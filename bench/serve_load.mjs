@@ -9,6 +9,12 @@
 //   node bench/serve_load.mjs --url http://127.0.0.1:8080 [--clients 1,4,8,16]
 //        [--requests 2] (per client) [--max-tokens 64] [--api-key K]
 //        [--time-limit 300] (seconds, all levels together) [--json]
+//        [--workload prose|copy] [--temperature T] (default 0, then seed 1)
+//
+// --workload copy: prompts that repeat a passage and start it once more,
+// so the answer tends to copy it (speculative decoding's drafts find it).
+// The drafted and accepted columns are the differences of the server's
+// tern_spec_* counters (/metrics) over the level.
 //
 // Inter-token latency: the gaps between the stream's content events divided
 // by the tokens each event carries (a held-back stop-string prefix can put
@@ -16,12 +22,12 @@
 // Events that arrive in one socket read get one timestamp: on a model faster
 // than the loopback round trip (stories260K) many gaps read 0 ms.
 const args = process.argv.slice(2);
-const opt = { url: "http://127.0.0.1:8080", clients: "1,4,8,16", requests: "2", maxTokens: "64", timeLimit: "300", apiKey: "", json: false };
+const opt = { url: "http://127.0.0.1:8080", clients: "1,4,8,16", requests: "2", maxTokens: "64", timeLimit: "300", apiKey: "", json: false, workload: "prose", temperature: "0" };
 for (let i = 0; i < args.length; i++) {
   const a = args[i];
   if (a === "--json") { opt.json = true; continue; }
   if (a === "-h" || a === "--help") {
-    console.log("usage: node bench/serve_load.mjs --url URL [--clients 1,4,8,16] [--requests N] [--max-tokens N] [--api-key K] [--time-limit S] [--json]");
+    console.log("usage: node bench/serve_load.mjs --url URL [--clients 1,4,8,16] [--requests N] [--max-tokens N] [--api-key K] [--time-limit S] [--json] [--workload prose|copy] [--temperature T]");
     process.exit(0);
   }
   if (!a.startsWith("--") || i + 1 >= args.length) { console.error(`serve_load: bad argument ${a}`); process.exit(2); }
@@ -36,8 +42,10 @@ const levels = opt.clients.split(",").map(Number);
 const perClient = Number(opt.requests);
 const maxTokens = Number(opt.maxTokens);
 const deadline = Date.now() + Number(opt.timeLimit) * 1000;
-if (levels.some((n) => !(n >= 1 && n <= 256)) || !(perClient >= 1 && perClient <= 1000) || !(maxTokens >= 1 && maxTokens <= 4096)) {
-  console.error("serve_load: --clients 1..256, --requests 1..1000, --max-tokens 1..4096");
+const temperature = Number(opt.temperature);
+if (levels.some((n) => !(n >= 1 && n <= 256)) || !(perClient >= 1 && perClient <= 1000) || !(maxTokens >= 1 && maxTokens <= 4096) ||
+    !["prose", "copy"].includes(opt.workload) || !(temperature >= 0 && temperature <= 2)) {
+  console.error("serve_load: --clients 1..256, --requests 1..1000, --max-tokens 1..4096, --workload prose|copy, --temperature 0..2");
   process.exit(2);
 }
 
@@ -52,6 +60,10 @@ const PROMPTS = [
   "Lily had a red ball. She",
 ];
 
+// The same stories, each told twice and begun a third time.
+const COPY = PROMPTS.map((p) => `${p} it was a sunny day and everyone was happy. ${p} it was a sunny day and everyone was happy. ${p}`);
+const WORK = opt.workload === "copy" ? COPY : PROMPTS;
+
 const headers = { "Content-Type": "application/json" };
 if (opt.apiKey) headers.Authorization = `Bearer ${opt.apiKey}`;
 
@@ -64,7 +76,7 @@ async function one(prompt) {
     const r = await fetch(new URL("/v1/completions", url), {
       method: "POST", headers, signal: ctl.signal,
       body: JSON.stringify({
-        prompt, max_tokens: maxTokens, temperature: 0, ignore_eos: true, stream: true,
+        prompt, max_tokens: maxTokens, temperature, seed: 1, ignore_eos: true, stream: true,
         stream_options: { include_usage: true },
       }),
     });
@@ -112,7 +124,20 @@ function pct(xs, p) {
   return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))];
 }
 
+// The server's speculative counters (0 when it has none).
+async function specCounters() {
+  try {
+    const r = await fetch(new URL("/metrics", url), { headers, signal: AbortSignal.timeout(5000) });
+    const t = await r.text();
+    const get = (name) => { const m = t.match(new RegExp(`^${name} (\\d+)`, "m")); return m ? Number(m[1]) : 0; };
+    return { drafted: get("tern_spec_draft_tokens_total"), accepted: get("tern_spec_accepted_tokens_total") };
+  } catch {
+    return { drafted: 0, accepted: 0 };
+  }
+}
+
 async function level(clients) {
+  const c0 = await specCounters();
   const ttfts = [];
   const gaps = [];
   let tokens = 0;
@@ -122,7 +147,7 @@ async function level(clients) {
   await Promise.all(Array.from({ length: clients }, async (_, c) => {
     for (let k = 0; k < perClient && Date.now() < deadline; k++) {
       try {
-        const r = await one(PROMPTS[(c * perClient + k) % PROMPTS.length]);
+        const r = await one(WORK[(c * perClient + k) % WORK.length]);
         requests++;
         tokens += r.tokens;
         if (r.ttft !== null) ttfts.push(r.ttft);
@@ -134,8 +159,10 @@ async function level(clients) {
     }
   }));
   const secs = (performance.now() - t0) / 1000;
+  const c1 = await specCounters();
   return {
     clients, requests, errors, tokens, seconds: +secs.toFixed(3),
+    drafted: c1.drafted - c0.drafted, accepted: c1.accepted - c0.accepted,
     tok_s: +(tokens / secs).toFixed(1),
     ttft_p50_ms: +pct(ttfts, 50).toFixed(1), ttft_p99_ms: +pct(ttfts, 99).toFixed(1),
     itl_p50_ms: +pct(gaps, 50).toFixed(2), itl_p99_ms: +pct(gaps, 99).toFixed(2),
@@ -160,12 +187,12 @@ for (const n of levels) {
   if (opt.json) console.log(JSON.stringify({ bench: "serve_load", ...row }));
 }
 if (!opt.json) {
-  const cols = [["clients", 7], ["requests", 8], ["errors", 6], ["tok/s", 9], ["TTFT p50", 9], ["TTFT p99", 9], ["ITL p50", 8], ["ITL p99", 8], ["x 1 client", 10]];
-  console.log(`serve_load: ${opt.url}, max_tokens ${maxTokens}, ignore_eos, ${perClient} request(s) per client; times in ms`);
+  const cols = [["clients", 7], ["requests", 8], ["errors", 6], ["tok/s", 9], ["TTFT p50", 9], ["TTFT p99", 9], ["ITL p50", 8], ["ITL p99", 8], ["x 1 client", 10], ["drafted", 8], ["accepted", 8]];
+  console.log(`serve_load: ${opt.url}, ${opt.workload} prompts, temperature ${temperature}, max_tokens ${maxTokens}, ignore_eos, ${perClient} request(s) per client; times in ms`);
   console.log(cols.map(([h, w]) => h.padStart(w)).join("  "));
   for (const r of rows) {
     const v = [r.clients, r.requests, r.errors, r.tok_s.toFixed(1), r.ttft_p50_ms.toFixed(1), r.ttft_p99_ms.toFixed(1),
-      r.itl_p50_ms.toFixed(2), r.itl_p99_ms.toFixed(2), r.ratio === null ? "-" : r.ratio.toFixed(2) + "x"];
+      r.itl_p50_ms.toFixed(2), r.itl_p99_ms.toFixed(2), r.ratio === null ? "-" : r.ratio.toFixed(2) + "x", r.drafted, r.accepted];
     console.log(v.map((x, i) => String(x).padStart(cols[i][1])).join("  "));
   }
 }

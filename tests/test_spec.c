@@ -41,6 +41,11 @@ static void test_drafter_match(void **state) {
     assert_int_equal(nm, 3);
     assert_int_equal(out[0], 10);
     assert_int_equal(out[1], 11);
+    /* Without a grammar, tern_drafter_draft_under is tern_drafter_draft. */
+    int32_t out2[16], nm2;
+    assert_int_equal(tern_drafter_draft_under(d, NULL, NULL, out2, 2, &nm2), 2);
+    assert_int_equal(nm2, 3);
+    assert_memory_equal(out, out2, 2 * sizeof *out);
     /* The cap. */
     assert_int_equal(tern_drafter_draft(d, out, 1, &nm), 1);
     assert_int_equal(out[0], 10);

@@ -68,25 +68,28 @@
  * So it is measured per batch size (the number of generating jobs: 1 ..
  * 16, then 17-32, 33-64 ...). Every tick with generating jobs and no
  * prompt chunk is timed from the start of its planning to the end of its
- * verification, and its rate, tokens emitted per second, is kept under its
- * batch size and whether it evaluated drafts; the median of the last 7 of
- * each is compared. When some job has drafts to offer: until 3 ticks with
- * drafts are measured at this size, draft; then until 3 without are, do
- * not; then draft when the median with drafts beats the median without by
- * more than 2%, except for one plain tick after every 32 with drafts (the
- * baseline is measured again); else do not, but probe with drafts after 16
- * such ticks, then after 4 when the probe beat the plain median, or twice
- * as many (up to 256) when it did not, so that a losing choice costs at
- * most a few percent and a text that turns repetitive is noticed. Ticks
- * with prompt chunks follow the decision of their batch size but are not
- * measured. Within a tick that drafts, each job's draft length comes from
- * its own tern_spec_ctl_t (tern.h's rule), which learns the job's
- * acceptance per match length and is told of every tick (no drafts: it
- * counts towards its probes); it is given no times, because in a shared
- * pass no time is the job's own, so it weighs drafts with the prior cost
- * r(k) = 1 + k/4 and leaves the question of whether drafting pays at all
- * to the measured rule above. --spec ngram-fixed drafts in every tick, up
- * to --draft-max, with neither controller (llama-server's behaviour).
+ * verification and kept, with the tokens it emitted, under its batch size
+ * and whether it evaluated drafts; the rate of each is the tokens of its
+ * last 8 ticks over their time, less the tick with the most time per
+ * token (throughput, robust to one tick preempted by another process).
+ * When some job has drafts to offer: until 3 ticks with drafts are
+ * measured at this size, draft; then until 3 without are, do not; then
+ * draft when the rate with drafts beats the rate without by more than 5%,
+ * except for one plain tick after every 32 with drafts (the baseline is
+ * measured again); else do not, but probe with drafts after 16 such
+ * ticks, then after 4 when the probe beat the plain rate, or twice as many
+ * (up to 256) when it did not, so that a losing choice costs at most a few
+ * percent and a text that turns repetitive is noticed. Ticks with prompt
+ * chunks follow the decision of their batch size but are not measured.
+ * Within a tick that drafts, each job's draft length comes from its own
+ * tern_spec_ctl_t (tern.h's rule: the job's acceptance per match length,
+ * the cost of a pass with k drafts over a plain one). It is told of every
+ * tick, and given the time of every measured one (planning and pass) as
+ * the time of a pass with its own k: with jobs alike, a tick where each
+ * drafts k costs what the controller sees, so a job drafts the k that pays
+ * when all do; whether drafting pays at all is the measured rule above.
+ * --spec ngram-fixed drafts in every tick, up to --draft-max, with neither
+ * controller (llama-server's behaviour).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -160,18 +163,18 @@ struct srv_job {
 
 /* The per-tick decision (the header comment's rule). */
 #define TC_KEYS 23        /* batch sizes 1 .. 16, then 17-32, 33-64 ... 513-1024, more */
-#define TC_RING 7         /* rates kept per key and mode: their median decides */
+#define TC_RING 8         /* ticks kept per key and mode: their tokens over their time, the slowest left out */
 #define TC_MIN 3          /* ticks measured each way before they are compared */
-#define TC_GAIN 1.02      /* ticks with drafts must beat plain ones by 2% */
+#define TC_GAIN 1.05      /* ticks with drafts must beat plain ones by 5% */
 #define TC_PLAIN_EVERY 32 /* while drafts win: a plain tick after this many with drafts */
 #define TC_PROBE_FIRST 16 /* while drafts lose: ticks between probes, at first */
 #define TC_PROBE_SOON 4   /* after a probe that beat the plain rate */
 #define TC_PROBE_MAX 256  /* the interval doubles after a probe that lost, up to this */
 enum { TC_PLAIN = 0, TC_DRAFT = 1 };
 typedef struct {
-    double rate[2][TC_RING]; /* emitted tokens per second of the last measured ticks, per mode */
-    int64_t n[2];            /* ticks measured, per mode */
-    double med[2];
+    double tok[2][TC_RING], sec[2][TC_RING]; /* the last measured ticks, per mode */
+    int64_t n[2];                            /* ticks measured, per mode */
+    double med[2];                           /* their rate: emitted tokens per second */
     int32_t since_plain, since_probe, probe_every;
     int probing;
 } tick_ctl_t;
@@ -883,20 +886,31 @@ static int tc_decide(tick_ctl_t *c) {
     return TC_PLAIN;
 }
 
-/* A measured tick: mode (drafts evaluated or not), its emitted tokens per
- * second. */
-static void tc_record(tick_ctl_t *c, int mode, double rate) {
-    double *r = c->rate[mode];
-    r[c->n[mode] % TC_RING] = rate;
+/* A measured tick: mode (drafts evaluated or not), the tokens it emitted
+ * and its time. The rate of a mode is the tokens of its last TC_RING ticks
+ * over their time (what throughput is), less the tick with the most time
+ * per token once the ring is full (one tick preempted by another process
+ * must not decide). */
+static void tc_record(tick_ctl_t *c, int mode, double tok, double sec) {
+    const int slot = (int)(c->n[mode] % TC_RING);
+    c->tok[mode][slot] = tok;
+    c->sec[mode][slot] = sec;
     c->n[mode]++;
     const int n = c->n[mode] < TC_RING ? (int)c->n[mode] : TC_RING;
-    double v[TC_RING];
-    for (int i = 0; i < n; i++) { /* insertion sort of at most TC_RING */
-        int k = i;
-        for (; k > 0 && v[k - 1] > r[i]; k--) v[k] = v[k - 1];
-        v[k] = r[i];
+    double st = 0, ss = 0;
+    int worst = -1;
+    for (int i = 0; i < n; i++) {
+        st += c->tok[mode][i];
+        ss += c->sec[mode][i];
+        if (n == TC_RING && (worst < 0 || c->sec[mode][i] * c->tok[mode][worst] > c->sec[mode][worst] * c->tok[mode][i]))
+            worst = i;
     }
-    c->med[mode] = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    if (worst >= 0) {
+        st -= c->tok[mode][worst];
+        ss -= c->sec[mode][worst];
+    }
+    c->med[mode] = ss > 0 ? st / ss : 0;
+    const double rate = sec > 0 ? tok / sec : 0;
     if (mode == TC_PLAIN) {
         c->since_plain = 0;
         return;
@@ -1105,6 +1119,9 @@ static int tick(srv_sched_t *s) {
         return 1;
     }
     const double t = now_s();
+    /* A tick of generating jobs only is measured (below); its pass, with
+     * the planning, is each job's pass time for its controller. */
+    const int measured = s->o.spec == SRV_SPEC_NGRAM && !has_prefill && !lost && t > t0;
     int64_t n_prompt_eval = 0, drafted = 0, accepted = 0;
     int32_t emitted = 0, n_gen_batch = 0, n_draft_entries = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -1128,24 +1145,24 @@ static int tick(srv_sched_t *s) {
             }
         } else if (j->state == JOB_GEN && j->b0 == i) {
             const int32_t a0 = j->n_accepted, d0 = j->n_drafted;
+            if (measured && j->ctl) tern_spec_ctl_time(j->ctl, j->dk, (uint64_t)((t - t0) * 1e9));
             verify(s, j, t, &emitted);
             drafted += j->n_drafted - d0;
             accepted += j->n_accepted - a0;
         }
     }
     const double t1 = now_s();
-    /* A tick of generating jobs only is measured for the controller of its
-     * batch size: tokens emitted per second, with drafts or without. */
-    int measured = s->o.spec == SRV_SPEC_NGRAM && !has_prefill && !lost && n_gen_batch > 0 && t1 > t0;
+    /* ... for the controller of its batch size: tokens emitted per second,
+     * with drafts or without. */
     const int k = tc_key(n_gen_batch);
-    if (measured) tc_record(&s->tc[k], n_draft_entries ? TC_DRAFT : TC_PLAIN, (double)emitted / (t1 - t0));
+    if (measured && n_gen_batch > 0) tc_record(&s->tc[k], n_draft_entries ? TC_DRAFT : TC_PLAIN, (double)emitted, t1 - t0);
     pthread_mutex_lock(&s->mu);
     s->m_prompt_eval += (uint64_t)n_prompt_eval;
     s->m_ticks++;
     s->m_drafted += (uint64_t)drafted;
     s->m_accepted += (uint64_t)accepted;
     if (n_draft_entries) s->m_draft_ticks++;
-    if (measured)
+    if (measured && n_gen_batch > 0)
         for (int m = 0; m < 2; m++) {
             s->m_tc_med[k][m] = s->tc[k].med[m];
             s->m_tc_n[k][m] = s->tc[k].n[m];
