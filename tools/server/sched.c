@@ -35,8 +35,8 @@
  * batch invariance; forks give the bytes of a fresh evaluation) and its
  * sampler is its own, so an answer is the same alone or among others.
  *
- * Speculative decoding (--spec ngram, the default; off; ngram-fixed for
- * measurements). Each job keeps a drafter (tern_drafter_t) whose history is
+ * Speculative decoding (--spec ngram; off, the default, docs/SERVER.md
+ * says why; ngram-fixed for measurements). Each job keeps a drafter (tern_drafter_t) whose history is
  * its prompt and every token it accepted. In a tick, a generating job may
  * put k drafts after its token, each with its logits: what followed the
  * last occurrence of the longest n-gram its text ends with, or the text its
@@ -72,10 +72,10 @@
  * and whether it evaluated drafts; the rate of each is the tokens of its
  * last 8 ticks over their time, less the tick with the most time per
  * token (throughput, robust to one tick preempted by another process).
- * When some job has drafts to offer: the first 3 times at this size,
- * draft (exploring); then until 3 ticks without drafts are measured, do
- * not; then draft when 3 with drafts are measured and their rate beats the
- * rate without by more than 5%, except for one plain tick after every 32
+ * When some job has drafts to offer: the first 8 times at this size,
+ * draft (exploring); then until 8 ticks without drafts are measured, do
+ * not; then draft when 8 with drafts are measured and their rate beats the
+ * rate without by more than 10%, except for one plain tick after every 32
  * with drafts (the baseline is measured again); else do not, but probe
  * with drafts after P such ticks: P = max(I, (c - 1) / 0.02), c the time
  * of a tick with drafts over a plain one, so that failed probes cost at
@@ -167,8 +167,8 @@ struct srv_job {
 /* The per-tick decision (the header comment's rule). */
 #define TC_KEYS 23        /* batch sizes 1 .. 16, then 17-32, 33-64 ... 513-1024, more */
 #define TC_RING 8         /* ticks kept per key and mode: their tokens over their time, the slowest left out */
-#define TC_MIN 3          /* ticks measured each way before they are compared */
-#define TC_GAIN 1.05      /* ticks with drafts must beat plain ones by 5% */
+#define TC_MIN 8          /* ticks measured each way before they are compared (a full ring) */
+#define TC_GAIN 1.10      /* ticks with drafts must beat plain ones by 10% */
 #define TC_PLAIN_EVERY 32 /* while drafts win: a plain tick after this many with drafts */
 #define TC_PROBE_FIRST 16 /* while drafts lose: ticks between probes, at first */
 #define TC_PROBE_SOON 4   /* after a probe that beat the plain rate */
