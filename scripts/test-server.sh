@@ -188,6 +188,8 @@ if want concurrency; then
   else missing "concurrency[tiny-qwen2]" "needs node and the tiny-qwen2 model"; fi
   if [ $have_node = 1 ] && [ $have_stories = 1 ]; then
     run concurrency-stories 120 node $T/concurrency.mjs $NODE_OPTS --model "$STORIES" --starvation off
+    # with drafts in every step: the answers of plain decoding alone
+    run concurrency-stories-spec 120 node $T/concurrency.mjs $NODE_OPTS --model "$STORIES" --starvation off --spec ngram-fixed
   else missing "concurrency[stories260K]" "needs node and $STORIES"; fi
 fi
 

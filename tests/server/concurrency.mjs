@@ -11,7 +11,12 @@
 // stories260K answers 48 tokens in a few ms, so on it (--starvation off)
 // only the byte identity is checked.
 //
-//   node tests/server/concurrency.mjs --tern BIN [--model FILE] [--n 16] [--starvation off]
+// --spec MODE: the server decodes with speculative decoding (--spec MODE)
+// and the answers alone come from a second server without it, so the
+// concurrent answers with drafts must equal plain decoding's alone; drafts
+// must have been evaluated (/metrics).
+//
+//   node tests/server/concurrency.mjs --tern BIN [--model FILE] [--n 16] [--starvation off] [--spec MODE]
 import assert from "node:assert/strict";
 import path from "node:path";
 import { options, startServer, stopClean, sse, streamText, test, fail, finish } from "./lib.mjs";
@@ -42,19 +47,25 @@ function summary(r) {
   };
 }
 
-let srv;
+let srv, plain;
+const spec = typeof o.spec === "string" ? o.spec : "";
 try {
-  srv = await startServer(o, { name: `concurrency-${path.basename(o.model, ".gguf")}`, args: ["--parallel", String(N)] });
+  srv = await startServer(o, {
+    name: `concurrency-${path.basename(o.model, ".gguf")}${spec ? "-" + spec : ""}`,
+    args: ["--parallel", String(N), ...(spec ? ["--spec", spec] : [])],
+  });
+  if (spec) plain = await startServer(o, { name: `concurrency-${path.basename(o.model, ".gguf")}-plain`, args: ["--spec", "off"] });
 } catch (e) {
   fail("concurrency: server start", e);
   finish("concurrency");
   process.exit(1);
 }
 const url = srv.url + "/v1/chat/completions";
+const urlAlone = (plain || srv).url + "/v1/chat/completions";
 
 const alone = [];
-await test(`concurrency: ${N} requests alone, one after another`, async () => {
-  for (const p of prompts) alone.push(summary(await sse(url, body(p))));
+await test(`concurrency: ${N} requests alone, one after another${spec ? ", without drafts" : ""}`, async () => {
+  for (const p of prompts) alone.push(summary(await sse(urlAlone, body(p))));
   for (const [i, a] of alone.entries()) {
     assert.ok(a.text.length > 0, `request ${i}: empty answer`);
     assert.equal(a.completion, MAXT, `request ${i}: ignore_eos with max_tokens ${MAXT} gave ${a.completion} tokens`);
@@ -92,5 +103,13 @@ await test(`concurrency: ${N} concurrent streams equal the answers alone${starva
   assert.ok(maxTtft <= bound, `slowest TTFT ${maxTtft.toFixed(1)} ms > ${bound.toFixed(1)} ms (4 answers alone + 0.5 s)`);
 }, { timeoutMs: 180000 });
 
+if (spec) {
+  await test(`concurrency: drafts were evaluated (--spec ${spec})`, async () => {
+    const m = await (await fetch(srv.url + "/metrics")).text();
+    const d = Number((m.match(/^tern_spec_draft_tokens_total (\d+)/m) || [])[1]);
+    assert.ok(d > 0, `tern_spec_draft_tokens_total is ${d}`);
+  });
+  await test("concurrency: the plain server shuts down cleanly", () => stopClean(plain));
+}
 await test("concurrency: clean shutdown on SIGTERM", () => stopClean(srv));
 process.exit(finish("concurrency"));

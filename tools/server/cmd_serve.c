@@ -47,7 +47,7 @@ static void usage(FILE *f) {
             "                         (created if absent)\n"
             "  --spec MODE            speculative decoding: ngram (drafts looked up in the text so far,\n"
             "                         verified in the batch, used where measured to pay), ngram-fixed\n"
-            "                         (drafts in every step, for measurements), off (default ngram);\n"
+            "                         (drafts in every step, for measurements), off (default);\n"
             "                         the answers are the same as without it\n"
             "  --draft-max N          most drafts per request and step, 1..32 (default 8)\n"
             "  --spec-ngram N         longest n-gram looked up for drafts, 1..16 (default 4)\n"
@@ -162,7 +162,7 @@ int cmd_serve(int argc, char **argv) {
     so.prefill_chunk = 256;
     so.cache_seqs = 16;
     so.request_timeout_s = 600;
-    so.spec = SRV_SPEC_NGRAM;
+    so.spec = SRV_SPEC_OFF; /* docs/SERVER.md: measured to cost a few percent at saturation */
     so.draft_max = 8;
     so.spec_ngram = 4;
     int rc = 2;

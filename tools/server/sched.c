@@ -35,8 +35,8 @@
  * batch invariance; forks give the bytes of a fresh evaluation) and its
  * sampler is its own, so an answer is the same alone or among others.
  *
- * Speculative decoding (--spec ngram, the default; off; ngram-fixed for
- * measurements). Each job keeps a drafter (tern_drafter_t) whose history is
+ * Speculative decoding (--spec ngram; off, the default, docs/SERVER.md
+ * says why; ngram-fixed for measurements). Each job keeps a drafter (tern_drafter_t) whose history is
  * its prompt and every token it accepted. In a tick, a generating job may
  * put k drafts after its token, each with its logits: what followed the
  * last occurrence of the longest n-gram its text ends with, or the text its
@@ -72,15 +72,18 @@
  * and whether it evaluated drafts; the rate of each is the tokens of its
  * last 8 ticks over their time, less the tick with the most time per
  * token (throughput, robust to one tick preempted by another process).
- * When some job has drafts to offer: until 3 ticks with drafts are
- * measured at this size, draft; then until 3 without are, do not; then
- * draft when the rate with drafts beats the rate without by more than 5%,
- * except for one plain tick after every 32 with drafts (the baseline is
- * measured again); else do not, but probe with drafts after 16 such
- * ticks, then after 4 when the probe beat the plain rate, or twice as many
- * (up to 256) when it did not, so that a losing choice costs at most a few
- * percent and a text that turns repetitive is noticed. Ticks with prompt
- * chunks follow the decision of their batch size but are not measured.
+ * When some job has drafts to offer: the first 8 times at this size,
+ * draft (exploring); then until 8 ticks without drafts are measured, do
+ * not; then draft when 8 with drafts are measured and their rate beats the
+ * rate without by more than 10%, except for one plain tick after every 32
+ * with drafts (the baseline is measured again); else do not, but probe
+ * with drafts after P such ticks: P = max(I, (c - 1) / 0.02), c the time
+ * of a tick with drafts over a plain one, so that failed probes cost at
+ * most 2% of the time; I starts at 16, drops to 4 after a probe that beat
+ * the plain rate and doubles (up to 256) after one that did not, so that a
+ * text that turns repetitive is noticed. A probe in which no job's
+ * controller drafted counts as done. Ticks with prompt chunks follow the
+ * decision of their batch size but are not measured.
  * Within a tick that drafts, each job's draft length comes from its own
  * tern_spec_ctl_t (tern.h's rule: the job's acceptance per match length,
  * the cost of a pass with k drafts over a plain one). It is told of every
@@ -164,18 +167,21 @@ struct srv_job {
 /* The per-tick decision (the header comment's rule). */
 #define TC_KEYS 23        /* batch sizes 1 .. 16, then 17-32, 33-64 ... 513-1024, more */
 #define TC_RING 8         /* ticks kept per key and mode: their tokens over their time, the slowest left out */
-#define TC_MIN 3          /* ticks measured each way before they are compared */
-#define TC_GAIN 1.05      /* ticks with drafts must beat plain ones by 5% */
+#define TC_MIN 8          /* ticks measured each way before they are compared (a full ring) */
+#define TC_GAIN 1.10      /* ticks with drafts must beat plain ones by 10% */
 #define TC_PLAIN_EVERY 32 /* while drafts win: a plain tick after this many with drafts */
 #define TC_PROBE_FIRST 16 /* while drafts lose: ticks between probes, at first */
 #define TC_PROBE_SOON 4   /* after a probe that beat the plain rate */
 #define TC_PROBE_MAX 256  /* the interval doubles after a probe that lost, up to this */
+#define TC_PROBE_BUDGET 0.02 /* and is at least what keeps failed probes under 2% of the time */
 enum { TC_PLAIN = 0, TC_DRAFT = 1 };
 typedef struct {
     double tok[2][TC_RING], sec[2][TC_RING]; /* the last measured ticks, per mode */
     int64_t n[2];                            /* ticks measured, per mode */
     double med[2];                           /* their rate: emitted tokens per second */
+    double tick_s[2];                        /* their time per tick */
     int32_t since_plain, since_probe, probe_every;
+    int32_t explored; /* ticks given drafts to explore (the jobs' controllers may have drafted none) */
     int probing;
 } tick_ctl_t;
 
@@ -876,10 +882,19 @@ static void tc_init(tick_ctl_t *c) {
 
 /* Drafts in this tick, at its batch size, when some job has them? */
 static int tc_decide(tick_ctl_t *c) {
-    if (c->n[TC_DRAFT] < TC_MIN) return TC_DRAFT;
+    if (c->n[TC_DRAFT] < TC_MIN && c->explored < TC_MIN) {
+        c->explored++;
+        return TC_DRAFT;
+    }
     if (c->n[TC_PLAIN] < TC_MIN) return TC_PLAIN;
-    if (c->med[TC_DRAFT] > TC_GAIN * c->med[TC_PLAIN]) return c->since_plain >= TC_PLAIN_EVERY ? TC_PLAIN : TC_DRAFT;
-    if (++c->since_probe >= c->probe_every) {
+    if (c->n[TC_DRAFT] >= TC_MIN && c->med[TC_DRAFT] > TC_GAIN * c->med[TC_PLAIN])
+        return c->since_plain >= TC_PLAIN_EVERY ? TC_PLAIN : TC_DRAFT;
+    /* A probe costs the time of a tick with drafts over a plain one. */
+    const double dear = c->tick_s[TC_PLAIN] > 0 ? (c->tick_s[TC_DRAFT] / c->tick_s[TC_PLAIN] - 1.0) / TC_PROBE_BUDGET : 0;
+    const int32_t every = dear > c->probe_every ? (dear < 1e6 ? (int32_t)dear : 1000000) : c->probe_every;
+    if (++c->since_probe >= every) {
+        /* whether or not the jobs' controllers then draft */
+        c->since_probe = 0;
         c->probing = 1;
         return TC_DRAFT;
     }
@@ -910,15 +925,16 @@ static void tc_record(tick_ctl_t *c, int mode, double tok, double sec) {
         ss -= c->sec[mode][worst];
     }
     c->med[mode] = ss > 0 ? st / ss : 0;
+    c->tick_s[mode] = ss / (worst >= 0 ? n - 1 : n);
     const double rate = sec > 0 ? tok / sec : 0;
     if (mode == TC_PLAIN) {
         c->since_plain = 0;
+        c->probing = 0; /* a probe in which no job drafted tells nothing */
         return;
     }
     c->since_plain++;
     if (c->probing) {
         c->probing = 0;
-        c->since_probe = 0;
         if (c->n[TC_PLAIN] >= TC_MIN && rate > TC_GAIN * c->med[TC_PLAIN])
             c->probe_every = TC_PROBE_SOON;
         else
@@ -934,7 +950,7 @@ static int32_t blocks_for(int32_t n_pos, int32_t bp) { return (n_pos + bp - 1) /
  * its tokens still wanted and the context; then cut, oldest job first,
  * to the free KV blocks beyond what the tick needs without them (plain_need)
  * and a block per generating job. */
-static void plan_drafts(srv_sched_t *s, int32_t n_gen, int32_t plain_need) {
+static void plan_drafts(srv_sched_t *s, int32_t n_gen, int32_t plain_need, const tern_kv_stats_t *st) {
     int any = 0;
     for (int32_t i = 0; i < s->n_active; i++) {
         srv_job_t *j = s->active[i];
@@ -951,9 +967,7 @@ static void plan_drafts(srv_sched_t *s, int32_t n_gen, int32_t plain_need) {
     }
     if (!any) return;
     const int mode = s->o.spec == SRV_SPEC_FIXED ? TC_DRAFT : tc_decide(&s->tc[tc_key(n_gen)]);
-    tern_kv_stats_t st;
-    tern_kv_stats(s->c, &st);
-    int32_t spare = st.n_free - plain_need - n_gen;
+    int32_t spare = st->n_free - plain_need - n_gen;
     for (int32_t i = 0; i < s->n_active; i++) {
         srv_job_t *j = s->active[i];
         if (j->state != JOB_GEN || j->dk == 0) continue;
@@ -963,7 +977,7 @@ static void plan_drafts(srv_sched_t *s, int32_t n_gen, int32_t plain_need) {
         }
         const int32_t want = tern_spec_ctl_next(j->ctl, j->dnm);
         if (j->dk > want) j->dk = want;
-        const int32_t pos = tern_seq_pos(s->c, j->seq) + 1, bp = st.block_pos > 0 ? st.block_pos : 1;
+        const int32_t pos = tern_seq_pos(s->c, j->seq) + 1, bp = st->block_pos > 0 ? st->block_pos : 1;
         const int32_t need = blocks_for(pos + j->dk, bp) - blocks_for(pos, bp);
         if (need > spare) j->dk = 0;
         else spare -= need;
@@ -1044,7 +1058,7 @@ static int tick(srv_sched_t *s) {
             plain_need += blocks_for(j->n_done + k, bp) - blocks_for(j->n_done, bp);
         }
     }
-    if (s->o.spec && n_gen > 0) plan_drafts(s, n_gen, plain_need);
+    if (s->o.spec && n_gen > 0) plan_drafts(s, n_gen, plain_need, &st);
     for (int32_t i = 0; i < s->n_active; i++) {
         srv_job_t *j = s->active[i];
         if (j->state != JOB_GEN) continue;
