@@ -51,11 +51,7 @@ static gvocab_t *load_vocab(const char *rel, tokenizer_t **tok_out) {
     const char *path = tu_shared(rel);
     if (!path) return NULL;
     tern_error_t err;
-    gguf_file_t *f = gguf_open(path, &err);
-    assert_non_null(f);
-    tokenizer_t *t = tok_load(f, &err);
-    gguf_close(f);
-    assert_non_null(t);
+    tokenizer_t *t = tu_tokenizer_load(path);
     gvocab_t *v = gvocab_build(t, &err);
     assert_non_null(v);
     *tok_out = t;

@@ -20,22 +20,15 @@ static tern_model_t *g_m;
 
 static int setup(void **st) {
     (void)st;
-    const char *p = tu_shared("models/stories260K.gguf");
-    if (!p) return 0;
-    tern_error_t err;
-    g_m = tern_model_load(p, &err);
-    return g_m ? 0 : -1;
+    return tu_group_model_setup(&g_m, "models/stories260K.gguf");
 }
+
 static int teardown(void **st) {
     (void)st;
     tern_model_free(g_m);
     return 0;
 }
-#define NEED_MODEL()                                                                         \
-    if (!g_m) {                                                                              \
-        tu_shared_missing("models/stories260K.gguf", "test");                               \
-        skip();                                                                              \
-    }
+#define NEED_MODEL() TU_NEED_MODEL(g_m, "models/stories260K.gguf")
 
 static tern_grammar_t *load_corpus(int i) {
     char path[1024];

@@ -37,11 +37,7 @@ static tern_model_t *g_m;
 
 static int setup(void **state) {
     (void)state;
-    const char *p = tu_shared("models/stories260K.gguf");
-    if (!p) return 0;
-    tern_error_t err = {0};
-    g_m = tern_model_load(p, &err);
-    return g_m ? 0 : -1;
+    return tu_group_model_setup(&g_m, "models/stories260K.gguf");
 }
 
 static int teardown(void **state) {
@@ -50,11 +46,7 @@ static int teardown(void **state) {
     return 0;
 }
 
-#define NEED_MODEL()                                                   \
-    if (!g_m) {                                                        \
-        tu_shared_missing("models/stories260K.gguf", "test");          \
-        skip();                                                        \
-    }
+#define NEED_MODEL() TU_NEED_MODEL(g_m, "models/stories260K.gguf")
 
 static const char *PROMPTS[] = {
     "Once upon a time",

@@ -53,11 +53,7 @@ static void run_vocab(const char *rel) {
         return;
     }
     tern_error_t err;
-    gguf_file_t *f = gguf_open(path, &err);
-    assert_non_null(f);
-    tokenizer_t *t = tok_load(f, &err);
-    gguf_close(f);
-    assert_non_null(t);
+    tokenizer_t *t = tu_tokenizer_load(path);
     static const char *texts[N_THREADS] = {
         "Hello world, this is thread one. 12345 numbers and CAPS.",
         "Zweiter Faden: \xc3\xa4\xc3\xb6\xc3\xbc \xc3\x9f und \xe2\x82\xac 3,50",

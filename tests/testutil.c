@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "dev/mkmodel.h"
+#include "format/gguf.h"
 
 const char *tu_shared(const char *rel) {
     static char bufs[8][4096];
@@ -157,4 +158,24 @@ void tu_eval_ok(model_ctx_t *c, const int32_t *ids, int64_t n, float *all) {
     int rc = model_eval(c, ids, n, all, &err);
     if (rc) print_message("model_eval: %s\n", err.msg);
     assert_int_equal(rc, 0);
+}
+
+tokenizer_t *tu_tokenizer_load(const char *path) {
+    tern_error_t err = {0};
+    gguf_file_t *f = gguf_open(path, &err);
+    if (!f) fail_msg("%s: %s", path, err.msg);
+    tokenizer_t *t = tok_load(f, &err);
+    gguf_close(f);
+    if (!t) fail_msg("%s: %s", path, err.msg);
+    return t;
+}
+
+int tu_group_model_setup(tern_model_t **m, const char *rel) {
+    *m = NULL;
+    const char *p = tu_shared(rel);
+    if (!p) return 0;
+    tern_error_t err = {0};
+    *m = tern_model_load(p, &err);
+    if (!*m) print_message("%s: %s\n", p, err.msg);
+    return *m ? 0 : -1;
 }

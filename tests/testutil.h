@@ -10,6 +10,8 @@
 
 #include "kernels/kernels.h"
 #include "model/model.h"
+#include "tern.h"
+#include "text/tokenizer.h"
 
 /* Path of a file under ../shared (TERN_SHARED env overrides the build-time
  * default). Returns NULL when the file is absent; the caller then skips
@@ -54,5 +56,20 @@ const char *tu_tiny_model(const char *prefix, const char *shape, const char *typ
 model_ctx_t *tu_ctx_new(const model_t *m, int threads, int64_t n_ctx, int64_t n_batch, bool kv_f32);
 /* model_eval of n tokens that must succeed (all: every position's logits, or NULL). */
 void tu_eval_ok(model_ctx_t *c, const int32_t *ids, int64_t n, float *all);
+
+/* The tokenizer of a GGUF file (a vocab-only one under ../shared works);
+ * fails the test when the file cannot be read. */
+tokenizer_t *tu_tokenizer_load(const char *path);
+
+/* A model under ../shared for a cmocka group: tu_group_model_setup(&m, rel)
+ * in the group's setup leaves m NULL when the file is absent (the tests then
+ * skip through TU_NEED_MODEL, or fail under CI) and -1 when it cannot be
+ * loaded; tern_model_free(m) in the teardown. */
+int tu_group_model_setup(tern_model_t **m, const char *rel);
+#define TU_NEED_MODEL(m, rel)                                                            \
+    if (!(m)) {                                                                          \
+        tu_shared_missing(rel, "test");                                                  \
+        skip();                                                                          \
+    }
 
 #endif

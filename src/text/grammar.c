@@ -1847,13 +1847,11 @@ static void start_state(gmatcher_t *m) {
     m->u = (u8s_t){0, 0, 0};
     m->ended = false;
     const grammar_t *g = m->g;
-    uint32_t root_ref_elem = UINT32_MAX;
     /* expand "root": push each alternative */
     for (uint32_t a = g->alt_off[g->root]; a < g->alt_off[g->root + 1]; a++) {
         uint32_t st = g->alt_start[a];
         sset_expand_from(&m->x, &st, 1, &m->S);
     }
-    (void)root_ref_elem;
 }
 
 gmatcher_t *gmatcher_create(const grammar_t *g, tern_error_t *err) {
@@ -2134,8 +2132,8 @@ const uint64_t *gmatcher_mask(gmatcher_t *m) {
     return e->bits;
 }
 
-size_t gmatcher_forced(const gmatcher_t *m0, char *buf, size_t cap) {
-    gmatcher_t *m = (gmatcher_t *)m0; /* scratch sets only; the state is copied */
+size_t gmatcher_forced(gmatcher_t *m, char *buf, size_t cap) {
+    /* m's state is copied first; only its scratch sets change */
     if (m->ended || m->u.rem) return 0;
     sset_t cur = {0}, nx = {0};
     if (sset_copy(&cur, &m->S)) {

@@ -82,7 +82,7 @@ bool gmatcher_finished(const gmatcher_t *m);
 const uint64_t *gmatcher_mask(gmatcher_t *m);
 /* Bytes every continuation must start with (the grammar admits exactly one
  * next character, repeatedly), at most cap; returns the count. */
-size_t gmatcher_forced(const gmatcher_t *m, char *buf, size_t cap);
+size_t gmatcher_forced(gmatcher_t *m, char *buf, size_t cap);
 
 /* Keep (default) or skip the memo of masks by state (benchmarks measure
  * the cost of a mask computed afresh with it off). */
