@@ -19,10 +19,13 @@
  *           continue (a copy with a change in it),
  *   prose   a short prompt with nothing to copy; continue.
  * Each is generated plainly and speculatively (adaptive, and fixed at
- * --draft-max) in the same run, -r times, the order alternating; the rates
- * are generated tokens over the wall time of the call minus its prompt
- * evaluation (sampling and drafting included), a short generation timed
- * as several in a row (at least ~50 ms), medians over the repetitions;
+ * --draft-max) in the same run, -r times; within a repetition a short
+ * generation is run several times (at least ~50 ms of each kind), plain
+ * and speculative interleaved one by one, the first alternating, so both
+ * see the same moments of a machine whose speed drifts; the rates are
+ * generated tokens over the wall time of the call minus its prompt
+ * evaluation (sampling and drafting included); x is the median over the
+ * repetitions of each repetition's speculative rate / plain rate;
  * "same" says whether every speculative run gave the plain run's tokens
  * (it must). */
 #define _GNU_SOURCE
@@ -417,8 +420,9 @@ static char *with_edit(const char *text, size_t n, const char *w) {
 
 static int work_table(const sb_opts_t *o) {
     printf("## workloads: plain vs speculative decoding (prompt lookup), same run\n\n");
-    printf("%s, %d repetitions (order alternating), medians; t/s = generated tokens / (call wall time - prompt "
-           "evaluation)\n\n",
+    printf("%s, %d repetitions, medians; in each, plain and speculative generations interleaved one by one (at "
+           "least ~50 ms of each); t/s = generated tokens / (call wall time - prompt evaluation); x = the median over "
+           "the repetitions of each one's spec t/s / plain t/s\n\n",
            o->temp > 0 ? "sampled" : "greedy", o->reps);
     printf("| model | threads | workload | prompt | gen | mode | plain t/s | spec t/s | x | drafted | accepted "
            "| tok/pass | same |\n|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---|\n");
@@ -474,9 +478,10 @@ static int work_table(const sb_opts_t *o) {
                     tern_spec_params_t sp = tern_spec_default_params();
                     sp.n_draft_max = o->draft_max;
                     sp.adaptive = mode == 0;
-                    double *tp = calloc((size_t)o->reps, sizeof *tp), *ts = calloc((size_t)o->reps, sizeof *ts);
+                    double *tp = calloc((size_t)o->reps, sizeof *tp), *ts = calloc((size_t)o->reps, sizeof *ts),
+                           *rr = calloc((size_t)o->reps, sizeof *rr);
                     tern_spec_stats_t sum = {0};
-                    int same = 1, fail = 0;
+                    int same = 1, fail = !tp || !ts || !rr;
                     /* A short generation is timed as `inner` generations in a
                      * row, at least ~50 ms (an untimed plain run says how
                      * long one takes). */
@@ -491,10 +496,12 @@ static int work_table(const sb_opts_t *o) {
                     }
                     for (int r = 0; r < o->reps && !fail; r++) {
                         double sec[2] = {0, 0}, tok[2] = {0, 0};
-                        /* alternate which goes first */
-                        for (int h = 0; h < 2 && !fail; h++) {
-                            const int is_spec = (h + r) % 2;
-                            for (int q = 0; q < inner && !fail; q++) {
+                        /* plain and speculative generations interleaved one
+                         * by one (the first alternating), so both see the same
+                         * moments of a machine whose speed drifts */
+                        for (int q = 0; q < inner && !fail; q++) {
+                            for (int h = 0; h < 2 && !fail; h++) {
+                                const int is_spec = (h + r + q) % 2;
                                 collect_t a = {0}, b = {0};
                                 gen_run_t ga, gb;
                                 if (is_spec) {
@@ -525,19 +532,21 @@ static int work_table(const sb_opts_t *o) {
                         if (!fail) {
                             tp[r] = tok[0] / sec[0];
                             ts[r] = tok[1] / sec[1];
+                            rr[r] = ts[r] / tp[r];
                         }
                     }
                     if (!fail) {
-                        const double mp = median(tp, o->reps), ms = median(ts, o->reps);
+                        const double mp = median(tp, o->reps), ms = median(ts, o->reps), mr = median(rr, o->reps);
                         printf("| %s | %d | %s | %d | %d | %s | %.0f | %.0f | %.2f | %lld | %.1f%% | %.2f | %s |\n",
                                base_name(o->trained[mi]), o->threads[ti], wl[w].name, np, gen_w,
-                               mode == 0 ? "adaptive" : "fixed", mp, ms, ms / mp, (long long)(sum.n_drafted / o->reps / inner),
+                               mode == 0 ? "adaptive" : "fixed", mp, ms, mr, (long long)(sum.n_drafted / o->reps / inner),
                                sum.n_drafted ? 100.0 * (double)sum.n_accepted / (double)sum.n_drafted : 0.0,
                                sum.n_passes ? (double)sum.n_generated / (double)sum.n_passes : 0.0,
                                same ? "yes" : "NO");
                         fflush(stdout);
                     }
                     free(tp);
+                    free(rr);
                     free(ts);
                     if (fail) return 1;
                 }
