@@ -27,6 +27,8 @@
 # --threads LIST  thread counts, comma-separated (default 1,2)
 # --pp N, --tg N  prompt and decode lengths (default 512 and 64; 0 = skip)
 # --tern-args S   more options for tern bench (word-split), e.g. "--probe-mb 64"
+# KEEP_TMP=1 (environment) keeps the temporary folder with every run's raw
+# output; its path is printed on stderr.
 #
 # POSIX sh and awk only (Debian 12's dash and mawk).
 set -u
@@ -36,13 +38,14 @@ die() {
     exit 2
 }
 
+# The comment above from "usage:" on; exit status $1.
 usage() {
-    sed -n '6,8p' "$0" | sed 's/^# //'
-    exit 2
+    sed -n '/^# usage:/,/^# POSIX/p' "$0" | sed 's/^# \{0,1\}//'
+    exit "$1"
 }
 
-[ $# -ge 1 ] || usage
-case $1 in -h | --help) usage ;; esac
+[ $# -ge 1 ] || usage 2
+case $1 in -h | --help) usage 0 ;; esac
 LB=$1
 shift
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,6 +59,7 @@ SVG=""
 TERN_ARGS=""
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/compare-llamacpp.XXXXXX") || die "no temporary folder"
 trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
+[ -z "${KEEP_TMP:-}" ] || echo "compare-llamacpp: raw outputs kept in $tmp" >&2
 trap 'exit 130' INT TERM
 : >"$tmp/files"
 while [ $# -gt 0 ]; do
@@ -74,7 +78,7 @@ while [ $# -gt 0 ]; do
         esac
         shift 2
         ;;
-    -h | --help) usage ;;
+    -h | --help) usage 0 ;;
     -*) die "unknown option '$1'" ;;
     *)
         case $1 in *"
