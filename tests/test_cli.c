@@ -433,11 +433,33 @@ static void test_bench_llc(void **state) {
         free(err);
     }
 
-    /* tern info --threads names the detected size and its source */
-    snprintf(cmd, sizeof cmd, "'%s' info --threads --json", g_tern);
+}
+
+/* tern info --threads: the last-level cache and where it comes from, on
+ * topologies hwloc makes up (HWLOC_SYNTHETIC): two packages of two L3s of
+ * 16 MB with a core each, so the process's package holds two instances; and
+ * one without caches, where the figure comes from sysfs (or is unknown). */
+static void test_info_llc(void **state) {
+    (void)state;
+    char cmd[2048], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd, "HWLOC_SYNTHETIC='pack:2 l3:2(size=16MB) core:1 pu:1' '%s' info --threads --json", g_tern);
     assert_int_equal(sh(cmd, &out, &err), 0);
-    assert_true(num(out, "llc_bytes") >= 0);
-    assert_non_null(strstr(out, "\"llc_source\": \""));
+    if (num(out, "llc_bytes") != 2 * 16e6) fail_msg("two L3s of 16 MB: %s", out);
+    assert_non_null(strstr(out, "\"llc_source\": \"hwloc: L3 unified, 2 instances over the allowed CPUs\""));
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "HWLOC_SYNTHETIC='pack:1 core:2 pu:1' '%s' info --threads --json", g_tern);
+    assert_int_equal(sh(cmd, &out, &err), 0);
+    const double llc = num(out, "llc_bytes");
+    if (strstr(out, "\"llc_source\": \"sysfs: L")) assert_true(llc > 0);
+    else if (strstr(out, "\"llc_source\": \"unknown: ")) assert_true(llc == 0);
+    else fail_msg("no cache in hwloc's view, and neither sysfs nor unknown: %s", out);
+    free(out);
+    free(err);
+    /* the text form names it too */
+    snprintf(cmd, sizeof cmd, "HWLOC_SYNTHETIC='pack:1 l3:1(size=64MB) core:2 pu:1' '%s' info --threads", g_tern);
+    assert_int_equal(sh(cmd, &out, &err), 0);
+    assert_non_null(strstr(out, "last-level cache: 61.0 MiB (hwloc: L3 unified, 1 instance over the allowed CPUs)"));
     free(out);
     free(err);
 }
@@ -489,6 +511,7 @@ int main(void) {
         cmocka_unit_test(test_run_spec),
         cmocka_unit_test(test_bench_json),
         cmocka_unit_test(test_bench_llc),
+        cmocka_unit_test(test_info_llc),
         cmocka_unit_test(test_bench_busy),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
