@@ -442,7 +442,8 @@ static void test_bench_llc(void **state) {
 static void test_info_llc(void **state) {
     (void)state;
     char cmd[2048], *out = NULL, *err = NULL;
-    snprintf(cmd, sizeof cmd, "HWLOC_SYNTHETIC='pack:2 l3:2(size=16MB) core:1 pu:1' '%s' info --threads --json", g_tern);
+    snprintf(cmd, sizeof cmd, "HWLOC_SYNTHETIC='pack:2 l3:2(size=16MB) core:1 pu:1' '%s' info --threads --json",
+             g_tern);
     assert_int_equal(sh(cmd, &out, &err), 0);
     if (num(out, "llc_bytes") != 2 * 16e6) fail_msg("two L3s of 16 MB: %s", out);
     assert_non_null(strstr(out, "\"llc_source\": \"hwloc: L3 unified, 2 instances over the allowed CPUs\""));
