@@ -287,3 +287,5 @@ double bench_probe_pass_gbps(int threads, const void *buf, size_t bytes) {
         return -1.0;
     return probe_once(buf, threads, bytes, g_best[threads].streams, g_best[threads].fn, 1);
 }
+
+size_t bench_llc_bytes(char *src, size_t src_len) { return cpu_llc_bytes(src, src_len); }

@@ -42,4 +42,10 @@ double bench_median(double *v, int n);
 void *bench_big_alloc(size_t bytes);
 void bench_big_free(void *p, size_t bytes);
 
+/* The last-level cache this process can use, in bytes (0 = unknown), and
+ * where the figure comes from (src, may be NULL): the cpu layer's
+ * cpu_llc_bytes. A decode whose weights fit in it is served from the cache,
+ * not from DRAM, so the bandwidth probe is no roofline for it. */
+size_t bench_llc_bytes(char *src, size_t src_len);
+
 #endif

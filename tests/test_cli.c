@@ -2,11 +2,14 @@
  * them (tools/model_args.c): --expert-cache, --expert-prefetch, --expert-pin
  * and --io-threads on tern run, bench and serve; the expert cache line of
  * tern run's timings; tern bench's expert rows (one per cache setting, the
- * cache's figures, the disk probe) in -o json. On a tiny MoE made by
- * `tern mkmodel` in a temporary folder; nothing is timed, only the shape
- * and the ranges of what is printed are checked. */
+ * cache's figures, the disk probe) in -o json; tern bench's LLC-resident
+ * rule (--llc-mb) and --busy; the last-level cache in tern info --threads.
+ * On a tiny MoE made by `tern mkmodel` in a temporary folder; nothing is
+ * timed, only the shape and the ranges of what is printed are checked. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +91,10 @@ static void test_bad_values(void **state) {
         {"run -m M --spec-ngram 17", "--spec-ngram wants an integer in [1, 16]"},
         {"run -m M --spec ngram --logits-digest", "--logits-digest needs --spec off"},
         {"bench spec -m M --part x", "--part wants cost, work or all, got 'x'"},
+        {"bench -m M --llc-mb -1", "--llc-mb wants MiB from 0 to 1048576, got '-1'"},
+        {"bench -m M --llc-mb 3x", "--llc-mb wants MiB from 0 to 1048576, got '3x'"},
+        {"bench -m M --busy 0", "--busy wants an integer from 1 to 64, got '0'"},
+        {"bench -m M --busy 65", "--busy wants an integer from 1 to 64, got '65'"},
     };
     for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
         char cmd[2048], *err = NULL;
@@ -303,12 +310,210 @@ static void test_bench_json(void **state) {
     free(err);
 }
 
+/* ---- tern bench: LLC-resident rows, --busy ----------------------------------- */
+
+/* Calls fn(row, arg) on each {...} of a json array; the number of rows. */
+static int each_row(const char *out, void (*fn)(const char *row, void *arg), void *arg) {
+    const char *p = out;
+    assert_true(p && p[0] == '[');
+    int n = 0;
+    while ((p = strchr(p, '{'))) {
+        const char *end = strchr(p, '}');
+        assert_non_null(end);
+        char row[4096];
+        assert_true((size_t)(end - p) < sizeof row);
+        memcpy(row, p, (size_t)(end - p + 1));
+        row[end - p + 1] = 0;
+        p = end + 1;
+        fn(row, arg);
+        n++;
+    }
+    return n;
+}
+
+/* want: 1 = every generation row LLC-resident, 0 = none. */
+static void check_llc_row(const char *row, void *arg) {
+    const int want = *(const int *)arg;
+    if (!strstr(row, "\"test\": \"tg")) { /* a pp row: no roofline at all */
+        assert_null(strstr(row, "llc_resident"));
+        assert_null(strstr(row, "roofline_pct"));
+        return;
+    }
+    assert_true(num(row, "weight_bytes_per_token") > 0);
+    if (want) {
+        if (!strstr(row, "\"llc_resident\": true")) fail_msg("not LLC-resident: %s", row);
+        if (strstr(row, "roofline_pct")) fail_msg("an LLC-resident row with a roofline %%: %s", row);
+    } else {
+        if (!strstr(row, "\"llc_resident\": false")) fail_msg("LLC-resident: %s", row);
+        assert_true(num(row, "roofline_pct") >= 0);
+        assert_true(num(row, "roofline_pct_now") >= 0); /* --probe-mb: the paired passes ran */
+    }
+    assert_true(num(row, "busy") == 0);
+}
+
+static void bench_llc_json(const char *extra, double llc_mb, int want, int want_rows) {
+    char cmd[2048], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd, "'%s' bench -m '%s' -r 1 -t 1 --probe-mb 16 -o json --llc-mb %.6f %s", g_tern, g_dense,
+             llc_mb, extra);
+    const int rc = sh(cmd, &out, &err);
+    if (rc != 0) fail_msg("%s: exit %d:\n%s", cmd, rc, err ? err : "");
+    assert_int_equal(each_row(out, check_llc_row, &want), want_rows);
+    free(out);
+    free(err);
+}
+
+static void test_bench_llc(void **state) {
+    (void)state;
+    /* a cache far larger than the tiny model: every generation row, pp/tg and -np, is LLC-resident */
+    bench_llc_json("-p 4 -n 4", 1024, 1, 2);
+    bench_llc_json("-np 1,2 -p 2 -n 3", 1024, 1, 2);
+    /* 0: unknown, never labelled */
+    bench_llc_json("-p 4 -n 4", 0, 0, 2);
+    bench_llc_json("-np 1,2 -p 2 -n 3", 0, 0, 2);
+    /* the rule's edge: the weight bytes per token against the size given */
+    char cmd[2048], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd, "'%s' bench -m '%s' -p 0 -n 2 -r 1 -t 1 --probe-mb 16 -o json --llc-mb 0", g_tern,
+             g_dense);
+    assert_int_equal(sh(cmd, &out, &err), 0);
+    const char *row = strstr(out, "{");
+    assert_non_null(row);
+    const double bpt = num(row, "weight_bytes_per_token");
+    free(out);
+    free(err);
+    bench_llc_json("-p 0 -n 2", bpt * 0.9 / 1048576.0, 0, 1);
+    bench_llc_json("-p 0 -n 2", bpt * 1.1 / 1048576.0, 1, 1);
+
+    /* md: the cell says LLC-resident, no percentage in the row; the header names the size and its source */
+    snprintf(cmd, sizeof cmd, "'%s' bench -m '%s' -p 0 -n 2 -r 1 -t 1 --probe-mb 16 --llc-mb 1024", g_tern, g_dense);
+    assert_int_equal(sh(cmd, &out, &err), 0);
+    assert_non_null(strstr(out, "last-level cache: 1024.0 MiB (--llc-mb 1024; detected "));
+    const char *tg = strstr(out, "| tg2 |");
+    if (!tg) fail_msg("no tg2 row in:\n%s", out);
+    const char *eol = strchr(tg, '\n');
+    assert_non_null(eol);
+    char line[1024];
+    snprintf(line, sizeof line, "%.*s", (int)(eol - tg), tg);
+    assert_non_null(strstr(line, "| LLC-resident |"));
+    assert_null(strchr(line, '%'));
+    free(out);
+    free(err);
+
+    /* csv: llc_resident 1 and an empty roofline_pct cell; 0 and a number with --llc-mb 0 */
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "'%s' bench -m '%s' -p 0 -n 2 -r 1 -t 1 --probe-mb 16 -o csv --llc-mb %d", g_tern,
+                 g_dense, k ? 0 : 1024);
+        assert_int_equal(sh(cmd, &out, &err), 0);
+        char *save = NULL, *head = strtok_r(out, "\n", &save), *data = strtok_r(NULL, "\n", &save);
+        assert_non_null(head);
+        assert_non_null(data);
+        /* the column indexes of roofline_pct and llc_resident in the header */
+        int col_roof = -1, col_llc = -1, i = 0;
+        for (const char *c = head; c; c = strchr(c, ','), c = c ? c + 1 : NULL, i++) {
+            if (!strncmp(c, "roofline_pct,", 13)) col_roof = i;
+            if (!strncmp(c, "llc_resident,", 13)) col_llc = i;
+        }
+        assert_true(col_roof >= 0 && col_llc >= 0);
+        char cell_roof[32] = "", cell_llc[32] = "";
+        i = 0;
+        for (const char *c = data; c; i++) {
+            const char *e = strchr(c, ',');
+            const size_t len = e ? (size_t)(e - c) : strlen(c);
+            if (i == col_roof) snprintf(cell_roof, sizeof cell_roof, "%.*s", (int)len, c);
+            if (i == col_llc) snprintf(cell_llc, sizeof cell_llc, "%.*s", (int)len, c);
+            c = e ? e + 1 : NULL;
+        }
+        if (k == 0) {
+            assert_string_equal(cell_llc, "1");
+            assert_string_equal(cell_roof, "");
+        } else {
+            assert_string_equal(cell_llc, "0");
+            assert_true(cell_roof[0] != 0 && strtod(cell_roof, NULL) >= 0);
+        }
+        free(out);
+        free(err);
+    }
+
+}
+
+/* tern info --threads: the last-level cache and where it comes from, on
+ * topologies hwloc makes up (HWLOC_SYNTHETIC): two packages of two L3s of
+ * 16 MB with a core each, so the process's package holds two instances; and
+ * one without caches, where the figure comes from sysfs (or is unknown). */
+static void test_info_llc(void **state) {
+    (void)state;
+    char cmd[2048], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd, "HWLOC_SYNTHETIC='pack:2 l3:2(size=16MB) core:1 pu:1' '%s' info --threads --json",
+             g_tern);
+    assert_int_equal(sh(cmd, &out, &err), 0);
+    if (num(out, "llc_bytes") != 2 * 16e6) fail_msg("two L3s of 16 MB: %s", out);
+    assert_non_null(strstr(out, "\"llc_source\": \"hwloc: L3 unified, 2 instances over the allowed CPUs\""));
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "HWLOC_SYNTHETIC='pack:1 core:2 pu:1' '%s' info --threads --json", g_tern);
+    assert_int_equal(sh(cmd, &out, &err), 0);
+    const double llc = num(out, "llc_bytes");
+    if (strstr(out, "\"llc_source\": \"sysfs: L")) assert_true(llc > 0);
+    else if (strstr(out, "\"llc_source\": \"unknown: ")) assert_true(llc == 0);
+    else fail_msg("no cache in hwloc's view, and neither sysfs nor unknown: %s", out);
+    free(out);
+    free(err);
+    /* the text form names it too */
+    snprintf(cmd, sizeof cmd, "HWLOC_SYNTHETIC='pack:1 l3:1(size=64MB) core:2 pu:1' '%s' info --threads", g_tern);
+    assert_int_equal(sh(cmd, &out, &err), 0);
+    assert_non_null(strstr(out, "last-level cache: 61.0 MiB (hwloc: L3 unified, 1 instance over the allowed CPUs)"));
+    free(out);
+    free(err);
+}
+
+static void busy_row(const char *row, void *arg) {
+    if (num(row, "busy") != *(const int *)arg) fail_msg("row without \"busy\": %d: %s", *(const int *)arg, row);
+}
+
+static void test_bench_busy(void **state) {
+    (void)state;
+    char cmd[2048], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd, "'%s' bench -m '%s' -p 4 -n 4 -r 1 -t 1 --probe-mb 16 --busy 1", g_tern, g_dense);
+    int rc = sh(cmd, &out, &err);
+    if (rc != 0) fail_msg("exit %d:\n%s", rc, err ? err : "");
+    const char *line = strstr(out, "busy: 1 spinning thread in another process (pid ");
+    if (!line) fail_msg("no busy line in:\n%s", out);
+    long pid = 0;
+    assert_int_equal(sscanf(line, "busy: 1 spinning thread in another process (pid %ld)", &pid), 1);
+    assert_true(pid > 1 && pid != (long)getpid());
+    /* tern has exited: its spinning child was killed and reaped with it */
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) {
+        char stat_path[80];
+        snprintf(stat_path, sizeof stat_path, "/proc/%ld/stat", pid);
+        char *ps = tu_read_file(stat_path, NULL);
+        fail_msg("the busy process %ld outlived tern bench: %s", pid, ps ? ps : "(no /proc entry)");
+    }
+    assert_non_null(strstr(err, "tern bench: busy: 1 spinning thread in another process (pid "));
+    free(out);
+    free(err);
+    /* json rows carry it; -np rows too */
+    int want = 2;
+    snprintf(cmd, sizeof cmd, "'%s' bench -m '%s' -p 0 -n 2 -r 1 -t 1 --probe-mb 16 --busy 2 -o json", g_tern, g_dense);
+    assert_int_equal(sh(cmd, &out, &err), 0);
+    assert_int_equal(each_row(out, busy_row, &want), 1);
+    free(out);
+    free(err);
+    snprintf(cmd, sizeof cmd, "'%s' bench -m '%s' -np 1,2 -p 2 -n 2 -r 1 -t 1 --probe-mb 16 --busy 2 -o json", g_tern,
+             g_dense);
+    assert_int_equal(sh(cmd, &out, &err), 0);
+    assert_int_equal(each_row(out, busy_row, &want), 2);
+    free(out);
+    free(err);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_run_cache_line),
         cmocka_unit_test(test_run_spec),
         cmocka_unit_test(test_bench_json),
+        cmocka_unit_test(test_bench_llc),
+        cmocka_unit_test(test_info_llc),
+        cmocka_unit_test(test_bench_busy),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

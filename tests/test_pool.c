@@ -733,6 +733,37 @@ static void test_affinity(void **state) {
     tern_pool_free(p);
 }
 
+/* The last-level cache: one figure for the process (the same from every
+ * thread and call), and a source that agrees with it: hwloc or sysfs gave a
+ * size, or it is unknown and 0. */
+static void *llc_thread(void *arg) {
+    *(size_t *)arg = cpu_llc_bytes(NULL, 0);
+    return NULL;
+}
+
+static void test_llc(void **state) {
+    (void)state;
+    char src[256] = "";
+    size_t got[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) assert_int_equal(pthread_create(&t[i], NULL, llc_thread, &got[i]), 0);
+    const size_t llc = cpu_llc_bytes(src, sizeof src);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        assert_true(got[i] == llc);
+    }
+    print_message("cpu_llc_bytes: %zu (%s)\n", llc, src);
+    if (!strncmp(src, "hwloc: L", 8) || !strncmp(src, "sysfs: L", 8)) {
+        assert_true(llc >= 4096); /* no real last-level cache is smaller */
+    } else {
+        if (strncmp(src, "unknown: ", 9) != 0) fail_msg("cpu_llc_bytes source '%s'", src);
+        assert_true(llc == 0);
+    }
+    char small[8];
+    assert_true(cpu_llc_bytes(small, sizeof small) == llc); /* a short buffer: cut, NUL-terminated */
+    assert_true(strlen(small) == sizeof small - 1 && !strncmp(small, src, sizeof small - 1));
+}
+
 static void test_threads_and_topology(void **state) {
     (void)state;
     char why[512], hw[256];
@@ -787,6 +818,7 @@ int main(void) {
         cmocka_unit_test(test_destroy_busy_and_many_pools),
         cmocka_unit_test(test_idle_cpu),
         cmocka_unit_test(test_every_row_once),
+        cmocka_unit_test(test_llc),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,15 +27,40 @@
  * compared with the N = 1 row of the same thread count, prompt and steps
  * (speedup). The weights are read once per step, so the weights GB/s and
  * roofline columns of these rows count steps, not tokens. The sequences
- * are removed before every repetition. */
+ * are removed before every repetition.
+ *
+ * The probe streams from DRAM, so it is no roofline for a decode whose
+ * weights stay in the last-level cache: a generation row (a tg row, or an
+ * -np row, per step) whose weight bytes read per token fit in the LLC
+ * (bench_llc_bytes: hwloc, else sysfs; --llc-mb overrides it, 0 = unknown)
+ * is labelled LLC-resident instead of getting a roofline percentage: "LLC-
+ * resident" in the md cell, "llc_resident": true and no roofline_pct /
+ * roofline_pct_now keys in json, an llc_resident column of 1 and empty
+ * roofline cells in csv. The other generation rows keep their percentages
+ * (json "llc_resident": false, csv 0).
+ *
+ * --busy N forks a child process before anything is measured (the probe
+ * included) that runs N threads spinning on counters of their own until the
+ * end: how tern behaves when another program takes cores. The child dies
+ * with tern (PR_SET_PDEATHSIG) and is killed and reaped on every way out of
+ * the command; the header names its pid, json rows carry "busy": N (0
+ * without --busy), csv a busy column. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include "cmds.h"
 #include "disk_probe.h"
@@ -46,6 +71,7 @@
 #define MAX_LIST 16
 #define NP_PROMPT_DEFAULT 16 /* -np: each sequence's prompt when -p is not given */
 #define NP_MAX 4096          /* -np: at most tern_context_params_t.n_seq_max's limit */
+#define BUSY_MAX 64          /* --busy: spinning threads at most */
 
 typedef struct {
     int v[MAX_LIST];
@@ -69,6 +95,13 @@ typedef struct {
     int io_threads;        /* 0: the library's default (8) */
     double disk_s;         /* seconds per disk probe pattern; 0: no probe */
     int ec_mode;           /* any of the three lists given */
+    /* the last-level cache: --llc-mb (llc_set), else detected at the start */
+    double llc_mb;
+    int llc_set;
+    size_t llc_bytes;      /* 0: unknown, no row is labelled */
+    char llc_src[256];
+    int busy;              /* --busy N: spinning threads of another process; 0: none */
+    pid_t busy_pid;        /* that process while it runs; 0: none */
 } bench_opts_t;
 
 /* What an expert-cache row adds (ec.on set). NAN: does not apply. */
@@ -107,6 +140,8 @@ typedef struct {
     int n_seq, n_prompt, n_steps;
     double tok_s_seq, tok_s_seq_sd; /* tok_s, tok_s_sd: all sequences together */
     double speedup;                 /* tok_s / that of the n_seq 1 row; NAN: no such row */
+    int llc_resident;               /* a generation row whose weights per token fit in the LLC */
+    int busy;                       /* --busy N of the run */
     ec_row_t ec;
 } row_t;
 
@@ -156,8 +191,14 @@ static void usage(FILE *out) {
             "                         pp/tg tests, per N: N sequences each take a -p prompt\n"
             "                         (default %d here; untimed), then -n steps of one tern_decode\n"
             "                         call with N entries are timed; t/s of all sequences, per\n"
-            "                         sequence, and the speedup over N = 1 (include 1 in LIST)\n",
-            NP_PROMPT_DEFAULT);
+            "                         sequence, and the speedup over N = 1 (include 1 in LIST)\n"
+            "  --llc-mb N             last-level cache size in MiB instead of the detected one (hwloc,\n"
+            "                         else sysfs; 0 = unknown): a generation row whose weight bytes\n"
+            "                         read per token (per step with -np) fit in it says LLC-resident\n"
+            "                         instead of a %% of roofline (the probe measures DRAM, not the cache)\n"
+            "  --busy N               N threads (1..%d) of another process spin during the whole\n"
+            "                         measurement, probe included: tern on a machine with cores taken\n",
+            NP_PROMPT_DEFAULT, BUSY_MAX);
     model_args_usage(out, 1, 25);
     fprintf(out,
             "  --disk-probe-s S       seconds of each disk probe pattern (default 3; 0: no probe)\n"
@@ -297,6 +338,23 @@ static int parse_opts(bench_opts_t *o, int argc, char **argv) {
                 fprintf(stderr, "tern bench: --disk-probe-s wants seconds from 0 to 600, got '%s'\n", v);
                 return 2;
             }
+        } else if (IS("--llc-mb")) {
+            char *end;
+            o->llc_mb = strtod(v, &end);
+            if (end == v || *end || !(o->llc_mb >= 0 && o->llc_mb <= 1048576)) {
+                fprintf(stderr, "tern bench: --llc-mb wants MiB from 0 to 1048576, got '%s'\n", v);
+                return 2;
+            }
+            o->llc_set = 1;
+        } else if (IS("--busy")) {
+            char *end;
+            errno = 0;
+            long b = strtol(v, &end, 10);
+            if (errno || end == v || *end || b < 1 || b > BUSY_MAX) {
+                fprintf(stderr, "tern bench: --busy wants an integer from 1 to %d, got '%s'\n", BUSY_MAX, v);
+                return 2;
+            }
+            o->busy = (int)b;
         } else if (IS("--check")) {
             o->check = atoi(v);
             if (o->check < 0 || o->check > 4096) {
@@ -445,8 +503,43 @@ static void json_row_head(const row_t *r) {
     json_str(r->model);
     printf("\", \"type\": \"");
     json_str(r->type);
-    printf("\", \"size_bytes\": %llu, \"params\": %llu, \"threads\": %d, \"test\": \"%s\", ",
-           (unsigned long long)r->size, (unsigned long long)r->params, r->threads, r->test);
+    printf("\", \"size_bytes\": %llu, \"params\": %llu, \"threads\": %d, \"test\": \"%s\", \"busy\": %d, ",
+           (unsigned long long)r->size, (unsigned long long)r->params, r->threads, r->test, r->busy);
+}
+
+/* A generation row's roofline keys: "llc_resident" and, when the weights do
+ * not fit in the LLC, "roofline_pct" (DRAM roofline of the whole run's
+ * probe). The caller prints roofline_pct_now the same way (json_now). */
+static void json_roofline(const row_t *r) {
+    if (r->llc_resident) printf(", \"llc_resident\": true");
+    else printf(", \"llc_resident\": false, \"roofline_pct\": %.1f", r->roofline_pct);
+}
+static void json_now(const row_t *r) {
+    if (isnan(r->roofline_pct_now)) return;
+    printf(", \"probe_now_gbps\": %.2f", r->probe_now_gbps);
+    if (!r->llc_resident) printf(", \"roofline_pct_now\": %.1f", r->roofline_pct_now);
+}
+
+/* The md cells "% of roofline | % of probe now |" of a generation row. */
+static void md_roofline(const row_t *r) {
+    if (r->llc_resident) {
+        printf(" LLC-resident | - |");
+        return;
+    }
+    printf(" %.1f%% |", r->roofline_pct);
+    if (isnan(r->roofline_pct_now)) printf(" - |");
+    else printf(" %.1f%% |", r->roofline_pct_now);
+}
+
+/* The csv cells of roofline_pct (after a comma) and, separately,
+ * "probe_now_gbps,roofline_pct_now": empty where the row is LLC-resident. */
+static void csv_roofline(const row_t *r) {
+    if (!r->llc_resident) printf("%.1f", r->roofline_pct);
+}
+static void csv_now(const row_t *r) {
+    if (isnan(r->roofline_pct_now)) printf(",");
+    else if (r->llc_resident) printf("%.2f,", r->probe_now_gbps);
+    else printf("%.2f,%.1f", r->probe_now_gbps, r->roofline_pct_now);
 }
 
 static void print_header(const bench_opts_t *o, const double *probe, const ilist_t *th) {
@@ -454,7 +547,17 @@ static void print_header(const bench_opts_t *o, const double *probe, const ilist
            o->probe_mb);
     for (int i = 0; i < th->n; i++) printf(" %d thread%s %.1f GB/s%s", th->v[i], th->v[i] > 1 ? "s" : "", probe[i],
                                            i + 1 < th->n ? "," : "");
-    printf("\nISA %s\n\n", tern_isa_name());
+    printf("\nISA %s\n", tern_isa_name());
+    if (o->llc_bytes)
+        printf("last-level cache: %.1f MiB (%s); generation rows whose weight bytes per token fit in it say "
+               "LLC-resident instead of a %% of roofline\n",
+               (double)o->llc_bytes / 1048576.0, o->llc_src);
+    else
+        printf("last-level cache: unknown (%s); no row is labelled LLC-resident\n", o->llc_src);
+    if (o->busy)
+        printf("busy: %d spinning thread%s in another process (pid %ld)\n", o->busy, o->busy == 1 ? "" : "s",
+               (long)o->busy_pid);
+    printf("\n");
 }
 
 /* The -np rows (n_seq set in every row). */
@@ -469,12 +572,11 @@ static void print_np_rows(const bench_opts_t *o, const row_t *rows, int n, const
                    r->n_seq, r->n_prompt, r->tok_s, r->tok_s_sd, r->tok_s_seq, r->tok_s_seq_sd);
             if (isnan(r->speedup)) printf("\"speedup_vs_n_seq_1\": null");
             else printf("\"speedup_vs_n_seq_1\": %.3f", r->speedup);
-            printf(", \"probe_gbps\": %.2f, \"weight_bytes_per_token\": %llu, \"weights_gbps\": %.2f, "
-                   "\"roofline_pct\": %.1f, \"dispatches_per_step\": %.1f",
-                   r->probe_gbps, (unsigned long long)r->bytes_per_token, r->weights_gbps, r->roofline_pct,
-                   r->dispatches_per_token);
-            if (!isnan(r->roofline_pct_now))
-                printf(", \"probe_now_gbps\": %.2f, \"roofline_pct_now\": %.1f", r->probe_now_gbps, r->roofline_pct_now);
+            printf(", \"probe_gbps\": %.2f, \"weight_bytes_per_token\": %llu, \"weights_gbps\": %.2f",
+                   r->probe_gbps, (unsigned long long)r->bytes_per_token, r->weights_gbps);
+            json_roofline(r);
+            printf(", \"dispatches_per_step\": %.1f", r->dispatches_per_token);
+            json_now(r);
             printf("}%s\n", i + 1 < n ? "," : "");
         }
         printf("]\n");
@@ -483,16 +585,18 @@ static void print_np_rows(const bench_opts_t *o, const row_t *rows, int n, const
     if (!strcmp(o->out, "csv")) {
         printf("model,type,size_bytes,params,threads,n_seq,n_prompt,test,tok_s,tok_s_sd,tok_s_per_seq,tok_s_per_seq_sd,"
                "speedup_vs_n_seq_1,probe_gbps,weights_gbps,roofline_pct,dispatches_per_step,probe_now_gbps,"
-               "roofline_pct_now\n");
+               "roofline_pct_now,llc_resident,busy\n");
         for (int i = 0; i < n; i++) {
             const row_t *r = &rows[i];
             printf("%s,%s,%llu,%llu,%d,%d,%d,%s,%.3f,%.3f,%.3f,%.3f,", r->model, r->type, (unsigned long long)r->size,
                    (unsigned long long)r->params, r->threads, r->n_seq, r->n_prompt, r->test, r->tok_s, r->tok_s_sd,
                    r->tok_s_seq, r->tok_s_seq_sd);
             if (!isnan(r->speedup)) printf("%.3f", r->speedup);
-            printf(",%.2f,%.2f,%.1f,%.1f,", r->probe_gbps, r->weights_gbps, r->roofline_pct, r->dispatches_per_token);
-            if (isnan(r->roofline_pct_now)) printf(",\n");
-            else printf("%.2f,%.1f\n", r->probe_now_gbps, r->roofline_pct_now);
+            printf(",%.2f,%.2f,", r->probe_gbps, r->weights_gbps);
+            csv_roofline(r);
+            printf(",%.1f,", r->dispatches_per_token);
+            csv_now(r);
+            printf(",%d,%d\n", r->llc_resident, r->busy);
         }
         return;
     }
@@ -510,9 +614,8 @@ static void print_np_rows(const bench_opts_t *o, const row_t *rows, int n, const
                r->tok_s, r->tok_s_sd, r->tok_s_seq, r->tok_s_seq_sd);
         if (isnan(r->speedup)) printf(" - |");
         else printf(" %.2fx |", r->speedup);
-        printf(" %.1f | %.1f%% |", r->weights_gbps, r->roofline_pct);
-        if (isnan(r->roofline_pct_now)) printf(" - |");
-        else printf(" %.1f%% |", r->roofline_pct_now);
+        printf(" %.1f |", r->weights_gbps);
+        md_roofline(r);
         printf(" %.1f |\n", r->dispatches_per_token);
     }
 }
@@ -557,10 +660,12 @@ static void print_ec_rows(const bench_opts_t *o, const row_t *rows, int n, const
             const ec_row_t *e = &r->ec;
             json_row_head(r);
             printf("\"tok_s\": %.3f, \"tok_s_sd\": %.3f, \"probe_gbps\": %.2f", r->tok_s, r->tok_s_sd, r->probe_gbps);
-            if (r->is_tg)
-                printf(", \"weight_bytes_per_token\": %llu, \"weights_gbps\": %.2f, \"roofline_pct\": %.1f, "
-                       "\"dispatches_per_token\": %.1f",
-                       (unsigned long long)r->bytes_per_token, r->weights_gbps, r->roofline_pct, r->dispatches_per_token);
+            if (r->is_tg) {
+                printf(", \"weight_bytes_per_token\": %llu, \"weights_gbps\": %.2f",
+                       (unsigned long long)r->bytes_per_token, r->weights_gbps);
+                json_roofline(r);
+                printf(", \"dispatches_per_token\": %.1f", r->dispatches_per_token);
+            }
             printf(", \"expert_cache\": \"");
             json_str(e->setting);
             printf("\", \"expert_bytes\": %llu, \"cache_active\": %s, \"cache_bytes\": %llu, \"cache_gib\": %.4f, "
@@ -687,12 +792,11 @@ static void print_rows(const bench_opts_t *o, const row_t *rows, int n, const do
             json_row_head(r);
             printf("\"tok_s\": %.3f, \"tok_s_sd\": %.3f, \"probe_gbps\": %.2f", r->tok_s, r->tok_s_sd, r->probe_gbps);
             if (r->is_tg) {
-                printf(", \"weight_bytes_per_token\": %llu, \"weights_gbps\": %.2f, \"roofline_pct\": %.1f, "
-                       "\"dispatches_per_token\": %.1f",
-                       (unsigned long long)r->bytes_per_token, r->weights_gbps, r->roofline_pct, r->dispatches_per_token);
-                if (!isnan(r->roofline_pct_now))
-                    printf(", \"probe_now_gbps\": %.2f, \"roofline_pct_now\": %.1f", r->probe_now_gbps,
-                           r->roofline_pct_now);
+                printf(", \"weight_bytes_per_token\": %llu, \"weights_gbps\": %.2f",
+                       (unsigned long long)r->bytes_per_token, r->weights_gbps);
+                json_roofline(r);
+                printf(", \"dispatches_per_token\": %.1f", r->dispatches_per_token);
+                json_now(r);
             }
             printf("}%s\n", i + 1 < n ? "," : "");
         }
@@ -701,17 +805,19 @@ static void print_rows(const bench_opts_t *o, const row_t *rows, int n, const do
     }
     if (!strcmp(o->out, "csv")) {
         printf("model,type,size_bytes,params,threads,test,tok_s,tok_s_sd,probe_gbps,weights_gbps,roofline_pct,"
-               "dispatches_per_token,probe_now_gbps,roofline_pct_now\n");
+               "dispatches_per_token,probe_now_gbps,roofline_pct_now,llc_resident,busy\n");
         for (int i = 0; i < n; i++) {
             const row_t *r = &rows[i];
             printf("%s,%s,%llu,%llu,%d,%s,%.3f,%.3f,%.2f,", r->model, r->type, (unsigned long long)r->size,
                    (unsigned long long)r->params, r->threads, r->test, r->tok_s, r->tok_s_sd, r->probe_gbps);
             if (r->is_tg) {
-                printf("%.2f,%.1f,%.1f,", r->weights_gbps, r->roofline_pct, r->dispatches_per_token);
-                if (isnan(r->roofline_pct_now)) printf(",\n");
-                else printf("%.2f,%.1f\n", r->probe_now_gbps, r->roofline_pct_now);
+                printf("%.2f,", r->weights_gbps);
+                csv_roofline(r);
+                printf(",%.1f,", r->dispatches_per_token);
+                csv_now(r);
+                printf(",%d,%d\n", r->llc_resident, r->busy);
             } else {
-                printf(",,,,\n");
+                printf(",,,,,,%d\n", r->busy);
             }
         }
         return;
@@ -725,9 +831,8 @@ static void print_rows(const bench_opts_t *o, const row_t *rows, int n, const do
         printf("| %s | %s | %.1f MiB | %.1f M | %d | %s | %.2f ± %.2f |", r->model, r->type,
                (double)r->size / 1048576.0, (double)r->params / 1e6, r->threads, r->test, r->tok_s, r->tok_s_sd);
         if (r->is_tg) {
-            printf(" %.1f | %.1f%% |", r->weights_gbps, r->roofline_pct);
-            if (isnan(r->roofline_pct_now)) printf(" - |");
-            else printf(" %.1f%% |", r->roofline_pct_now);
+            printf(" %.1f |", r->weights_gbps);
+            md_roofline(r);
             printf(" %.1f |\n", r->dispatches_per_token);
         } else {
             printf(" | | | |\n");
@@ -1139,10 +1244,103 @@ static int pptg_tests(const bench_opts_t *o, int mi, tern_model_t *m, tern_conte
     return 0;
 }
 
+/* --busy: the child's spinning threads, each on a counter of its own (no
+ * shared cache line: the load is cores taken, not memory traffic). */
+static void *busy_spin(void *arg) {
+    (void)arg;
+    volatile uint64_t counter = 0;
+    for (;;) counter++;
+    return NULL;
+}
+
+/* Fork the --busy child: it asks to be killed when tern dies, starts its
+ * threads, says so through a pipe and sleeps. 0 when they all spin. */
+static int busy_start(bench_opts_t *o) {
+    int fd[2];
+    if (pipe(fd) != 0) {
+        fprintf(stderr, "tern bench: --busy: pipe: %s\n", strerror(errno));
+        return -1;
+    }
+    const pid_t parent = getpid();
+    fflush(stdout);
+    fflush(stderr);
+    const pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "tern bench: --busy: fork: %s\n", strerror(errno));
+        close(fd[0]);
+        close(fd[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(fd[0]);
+#ifdef __linux__
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+#endif
+        if (getppid() != parent) _exit(1); /* tern is already gone */
+        for (int i = 0; i < o->busy; i++) {
+            pthread_t t;
+            if (pthread_create(&t, NULL, busy_spin, NULL) != 0) _exit(1);
+        }
+        const char ok = 1;
+        if (write(fd[1], &ok, 1) != 1) _exit(1);
+        close(fd[1]);
+        for (;;) pause();
+    }
+    close(fd[1]);
+    o->busy_pid = pid;
+    char ok = 0;
+    ssize_t got;
+    do got = read(fd[0], &ok, 1);
+    while (got < 0 && errno == EINTR);
+    close(fd[0]);
+    if (got != 1) {
+        fprintf(stderr, "tern bench: --busy: the spinning process did not start its %d threads\n", o->busy);
+        return -1;
+    }
+    fprintf(stderr, "tern bench: busy: %d spinning thread%s in another process (pid %ld)\n", o->busy,
+            o->busy == 1 ? "" : "s", (long)pid);
+    return 0;
+}
+
+/* Kill and reap the --busy child, if there is one. */
+static void busy_stop(bench_opts_t *o) {
+    if (o->busy_pid <= 0) return;
+    kill(o->busy_pid, SIGKILL);
+    while (waitpid(o->busy_pid, NULL, 0) < 0 && errno == EINTR) {}
+    o->busy_pid = 0;
+}
+
+static int bench_model(const bench_opts_t *opts);
+
 int cmd_bench_model(int argc, char **argv) {
     bench_opts_t o;
     int prc = parse_opts(&o, argc, argv);
     if (prc) return prc == 1 ? 0 : 2;
+    if (o.llc_set) {
+        char det[200];
+        const size_t d = bench_llc_bytes(det, sizeof det);
+        o.llc_bytes = (size_t)(o.llc_mb * 1048576.0);
+        if (d)
+            snprintf(o.llc_src, sizeof o.llc_src, "--llc-mb %g; detected %.1f MiB, %s", o.llc_mb,
+                     (double)d / 1048576.0, det);
+        else snprintf(o.llc_src, sizeof o.llc_src, "--llc-mb %g; detected: %s", o.llc_mb, det);
+    } else {
+        o.llc_bytes = bench_llc_bytes(o.llc_src, sizeof o.llc_src);
+    }
+    if (o.llc_bytes)
+        fprintf(stderr, "tern bench: last-level cache %.1f MiB (%s)\n", (double)o.llc_bytes / 1048576.0, o.llc_src);
+    else
+        fprintf(stderr, "tern bench: last-level cache unknown (%s): no row is labelled LLC-resident\n", o.llc_src);
+    int rc;
+    if (o.busy && busy_start(&o)) rc = 1;
+    else rc = bench_model(&o);
+    busy_stop(&o);
+    return rc;
+}
+
+/* The run itself, with the options parsed (and the --busy child running). */
+static int bench_model(const bench_opts_t *opts) {
+    bench_opts_t o = *opts;
     int max_pp = 0, max_tg = 0;
     for (int i = 0; i < o.pp.n; i++) max_pp = o.pp.v[i] > max_pp ? o.pp.v[i] : max_pp;
     for (int i = 0; i < o.tg.n; i++) max_tg = o.tg.v[i] > max_tg ? o.tg.v[i] : max_tg;
@@ -1340,6 +1538,11 @@ int cmd_bench_model(int argc, char **argv) {
     }
     for (int i = 0; i < n_rows; i++) /* an N = 1 row may come after the others (-np 8,1) */
         if (rows[i].n_seq) rows[i].speedup = np_speedup(rows, n_rows, &rows[i]);
+    for (int i = 0; i < n_rows; i++) {
+        row_t *r = &rows[i];
+        r->llc_resident = r->is_tg && o.llc_bytes > 0 && r->bytes_per_token > 0 && r->bytes_per_token <= o.llc_bytes;
+        r->busy = o.busy;
+    }
     if (n_rows) print_rows(&o, rows, n_rows, probe, &o.threads);
 out:
     if (usage_dir[0]) {

@@ -43,7 +43,7 @@ static void usage(FILE *out) {
             "  bench spec [-m FILE]      speculative decoding: verify cost, plain vs speculative t/s\n"
             "  perplexity -m FILE -f TXT perplexity of a text\n"
             "  info FILE                 what a GGUF file holds (--tensors, --json)\n"
-            "  info --threads            the thread count tern uses, and why\n"
+            "  info --threads            the thread count tern uses and why, the last-level cache\n"
             "  tokenize -m FILE -p TEXT  text to token ids\n"
             "  detokenize -m FILE IDS    token ids to text\n"
             "  mkmodel --shape S --type T -o FILE   synthetic model with random weights\n"

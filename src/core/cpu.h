@@ -52,4 +52,14 @@ int cpu_online(void);
  * it). Returns 0 or -1 when not possible. */
 int cpu_pin_thread(int idx);
 
+/* The last-level cache this process can use, in bytes; 0 = unknown. The
+ * highest-level data or unified cache above the CPUs the process may run on
+ * (hwloc; within the one package the default thread count uses): the sum of
+ * its instances there (one L3 per package on Intel, one per CCX on AMD).
+ * Fallback: Linux sysfs (cpuN/cache/indexK: level, type, size) of the first
+ * allowed CPU. src (may be NULL) receives where the figure comes from, e.g.
+ * "hwloc: L3 unified, 1 instance" or "unknown: ...". Computed once,
+ * thread-safe. */
+size_t cpu_llc_bytes(char *src, size_t src_len);
+
 #endif

@@ -21,6 +21,11 @@
  *
  * The result is computed once (hwloc discovery costs milliseconds) and is
  * immutable afterwards, so all functions here are thread-safe.
+ *
+ * The last-level cache (cpu_llc_bytes) comes from the same hwloc view: the
+ * deepest data or unified cache over the CPUs this process may use, in the
+ * package the threads stay in; `tern bench` uses it to tell a decode served
+ * from the cache from one that streams its weights from DRAM.
  */
 #define _GNU_SOURCE
 #include "core/cpu.h"
@@ -28,6 +33,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -243,4 +249,146 @@ int cpu_pin_thread(int idx) {
 #else
     return -1;
 #endif
+}
+
+/* ---- the last-level cache ------------------------------------------------ */
+
+typedef struct {
+    size_t bytes; /* 0 = unknown */
+    char src[160];
+} cpu_llc_t;
+
+static cpu_llc_t g_llc;
+static pthread_once_t g_llc_once = PTHREAD_ONCE_INIT;
+
+static const char *cache_kind(hwloc_obj_cache_type_t t) {
+    return t == HWLOC_OBJ_CACHE_UNIFIED ? "unified" : t == HWLOC_OBJ_CACHE_DATA ? "data" : "instruction";
+}
+
+/* hwloc: the caches of the deepest level (L3 above L2) among the data and
+ * unified caches that hold at least one allowed CPU of the first package
+ * with one; their sizes summed (each instance serves its own cores). */
+static int llc_from_hwloc(cpu_llc_t *l) {
+    hwloc_topology_t t;
+    if (hwloc_topology_init(&t) != 0) return -1;
+    hwloc_topology_set_flags(t, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM);
+    if (hwloc_topology_load(t) != 0) {
+        hwloc_topology_destroy(t);
+        return -1;
+    }
+    int rc = -1;
+    hwloc_bitmap_t allowed = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(t));
+    hwloc_bitmap_t bound = hwloc_bitmap_alloc();
+    if (allowed && bound && hwloc_get_cpubind(t, bound, HWLOC_CPUBIND_THREAD) == 0 &&
+        hwloc_bitmap_intersects(allowed, bound))
+        hwloc_bitmap_and(allowed, allowed, bound);
+    hwloc_bitmap_free(bound);
+    if (!allowed || hwloc_bitmap_iszero(allowed)) goto out;
+    /* The package of the first allowed CPU: the default thread count stays in one. */
+    hwloc_obj_t pu = hwloc_get_pu_obj_by_os_index(t, (unsigned)hwloc_bitmap_first(allowed));
+    hwloc_obj_t pkg = pu ? hwloc_get_ancestor_obj_by_type(t, HWLOC_OBJ_PACKAGE, pu) : NULL;
+    if (pkg && pkg->cpuset) hwloc_bitmap_and(allowed, allowed, pkg->cpuset);
+    static const hwloc_obj_type_t types[] = {HWLOC_OBJ_L1CACHE, HWLOC_OBJ_L2CACHE, HWLOC_OBJ_L3CACHE,
+                                             HWLOC_OBJ_L4CACHE, HWLOC_OBJ_L5CACHE};
+    unsigned best_depth = 0;
+    size_t sum = 0;
+    int count = 0;
+    hwloc_obj_cache_type_t kind = HWLOC_OBJ_CACHE_UNIFIED;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        int n = hwloc_get_nbobjs_by_type(t, types[ti]);
+        for (int i = 0; i < n; i++) {
+            hwloc_obj_t o = hwloc_get_obj_by_type(t, types[ti], (unsigned)i);
+            if (!o || !o->cpuset || !hwloc_bitmap_intersects(o->cpuset, allowed)) continue;
+            if (o->attr->cache.type == HWLOC_OBJ_CACHE_INSTRUCTION || o->attr->cache.size == 0) continue;
+            if (o->attr->cache.depth > best_depth) {
+                best_depth = o->attr->cache.depth;
+                sum = 0;
+                count = 0;
+            }
+            if (o->attr->cache.depth == best_depth) {
+                sum += (size_t)o->attr->cache.size;
+                kind = o->attr->cache.type;
+                count++;
+            }
+        }
+    }
+    if (sum > 0) {
+        l->bytes = sum;
+        snprintf(l->src, sizeof l->src, "hwloc: L%u %s, %d instance%s over the allowed CPUs", best_depth,
+                 cache_kind(kind), count, count == 1 ? "" : "s");
+        rc = 0;
+    }
+out:
+    hwloc_bitmap_free(allowed);
+    hwloc_topology_destroy(t);
+    return rc;
+}
+
+/* "32768K", "1M", "512": bytes; 0 when not a size. */
+static size_t parse_cache_size(const char *s) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s) return 0;
+    unsigned long long mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024;
+    else if (*end == 'M' || *end == 'm') mul = 1024ull * 1024;
+    else if (*end == 'G' || *end == 'g') mul = 1024ull * 1024 * 1024;
+    if (v > (unsigned long long)SIZE_MAX / mul) return 0;
+    return (size_t)(v * mul);
+}
+
+/* Linux sysfs: the deepest data or unified cache of the first allowed CPU. */
+static int llc_from_sysfs(cpu_llc_t *l) {
+#ifdef __linux__
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return -1;
+    int cpu = 0;
+    while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &set)) cpu++;
+    if (cpu == CPU_SETSIZE) return -1;
+    int best_level = 0;
+    size_t best = 0;
+    for (int idx = 0; idx < 16; idx++) {
+        char path[160], type[32] = "", size[32] = "";
+        int level;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/cache/index%d/level", cpu, idx);
+        if (read_int_file(path, &level) != 0) continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/cache/index%d/type", cpu, idx);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        int ok = fscanf(f, "%31s", type) == 1;
+        fclose(f);
+        if (!ok || !strcmp(type, "Instruction")) continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/cache/index%d/size", cpu, idx);
+        f = fopen(path, "r");
+        if (!f) continue;
+        ok = fscanf(f, "%31s", size) == 1;
+        fclose(f);
+        const size_t bytes = ok ? parse_cache_size(size) : 0;
+        if (bytes > 0 && level > best_level) {
+            best_level = level;
+            best = bytes;
+        }
+    }
+    if (best == 0) return -1;
+    l->bytes = best;
+    snprintf(l->src, sizeof l->src, "sysfs: L%d of cpu%d (hwloc gave none)", best_level, cpu);
+    return 0;
+#else
+    (void)l;
+    return -1;
+#endif
+}
+
+static void llc_init(void) {
+    if (llc_from_hwloc(&g_llc) == 0 || llc_from_sysfs(&g_llc) == 0) return;
+    g_llc.bytes = 0;
+    snprintf(g_llc.src, sizeof g_llc.src, "unknown: neither hwloc nor sysfs reports a data cache");
+}
+
+size_t cpu_llc_bytes(char *src, size_t src_len) {
+    pthread_once(&g_llc_once, llc_init);
+    if (src && src_len) snprintf(src, src_len, "%s", g_llc.src);
+    return g_llc.bytes;
 }
