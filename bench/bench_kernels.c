@@ -347,7 +347,7 @@ static int gemm_ram_rounds(tern_pool_t *pool, const wset_t *w, int type, const i
 }
 
 static void print_gemm_ram_markdown(const recs_t *r, size_t set_bytes) {
-    printf("## Read bandwidth probe\n\n| threads | GB/s |\n|---:|---:|\n");
+    printf("AMX %s\n\n## Read bandwidth probe\n\n| threads | GB/s |\n|---:|---:|\n", kern_amx_status());
     for (int i = 0; i < r->n; i++)
         if (!strcmp(r->v[i].op, "probe")) printf("| %d | %.1f |\n", r->v[i].threads, r->v[i].gbps);
     printf("\n## GEMM with weights from RAM (%lld x %lld matrices over a %.0f MiB working set)\n\n",
@@ -417,7 +417,7 @@ static void cell(double v, const char *fmt) {
 }
 
 static void print_markdown(const recs_t *r, const int64_t *ns, int n_ns, size_t set_bytes) {
-    printf("## Read bandwidth probe\n\n| threads | GB/s |\n|---:|---:|\n");
+    printf("AMX %s\n\n## Read bandwidth probe\n\n| threads | GB/s |\n|---:|---:|\n", kern_amx_status());
     for (int i = 0; i < r->n; i++)
         if (!strcmp(r->v[i].op, "probe")) printf("| %d | %.1f |\n", r->v[i].threads, r->v[i].gbps);
     printf("\n## Kernels (matvec %lld x %lld over a %.0f MiB working set; GEMM %d x %lld, GFLOP/s)\n\n",

@@ -312,6 +312,9 @@ void tern_context_profile(const tern_context_t *c, tern_profile_t *p);
 
 /* The kernel ISA in use ("avx512", "avx2", "scalar"). */
 const char *tern_isa_name(void);
+/* Whether the GEMMs (prompts, batches) use AMX tiles, and if not why: a
+ * sentence starting "yes" or "no: ". */
+const char *tern_amx_status(void);
 
 /* ---- sampling ----
  * The chain, its stages and their order: tern_sampler.h. A sampler is used

@@ -465,6 +465,31 @@ static void test_info_llc(void **state) {
     free(err);
 }
 
+/* tern info --threads names the AMX state: with no amx_tile in
+ * /proc/cpuinfo, the CPU has none; with it, a "no: " with another reason
+ * (the OS refused, or no AMX GEMM in this build) or "yes". */
+static void test_info_amx(void **state) {
+    (void)state;
+    char cmd[2048], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd, "'%s' info --threads", g_tern);
+    assert_int_equal(sh(cmd, &out, &err), 0);
+    const char *a = strstr(out, "\nAMX: ");
+    if (!a) fail_msg("no AMX line: %s", out);
+    size_t n = 0;
+    char *cpuinfo = tu_read_file("/proc/cpuinfo", &n);
+    if (cpuinfo) {
+        const bool has = strstr(cpuinfo, " amx_tile") != NULL;
+        static const char none[] = "\nAMX: no: this CPU has no AMX tiles", yes[] = "\nAMX: yes",
+                          other[] = "\nAMX: no: the";
+        if (!has && strncmp(a, none, sizeof none - 1)) fail_msg("no amx_tile, but: %s", a + 1);
+        if (has && strncmp(a, yes, sizeof yes - 1) && strncmp(a, other, sizeof other - 1))
+            fail_msg("amx_tile, but: %s", a + 1);
+        free(cpuinfo);
+    }
+    free(out);
+    free(err);
+}
+
 static void busy_row(const char *row, void *arg) {
     if (num(row, "busy") != *(const int *)arg) fail_msg("row without \"busy\": %d: %s", *(const int *)arg, row);
 }
@@ -513,6 +538,7 @@ int main(void) {
         cmocka_unit_test(test_bench_json),
         cmocka_unit_test(test_bench_llc),
         cmocka_unit_test(test_info_llc),
+        cmocka_unit_test(test_info_amx),
         cmocka_unit_test(test_bench_busy),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -547,7 +547,7 @@ static void print_header(const bench_opts_t *o, const double *probe, const ilist
            o->probe_mb);
     for (int i = 0; i < th->n; i++) printf(" %d thread%s %.1f GB/s%s", th->v[i], th->v[i] > 1 ? "s" : "", probe[i],
                                            i + 1 < th->n ? "," : "");
-    printf("\nISA %s\n", tern_isa_name());
+    printf("\nISA %s; AMX %s\n", tern_isa_name(), tern_amx_status());
     if (o->llc_bytes)
         printf("last-level cache: %.1f MiB (%s); generation rows whose weight bytes per token fit in it say "
                "LLC-resident instead of a %% of roofline\n",

@@ -451,6 +451,7 @@ void tern_context_profile(const tern_context_t *c, tern_profile_t *p) {
 }
 
 const char *tern_isa_name(void) { return kern_isa_name(kern_isa_active()); }
+const char *tern_amx_status(void) { return kern_amx_status(); }
 
 /* ---- sampling ---- */
 

@@ -209,6 +209,13 @@ kern_options_t kern_options(void) {
     return config_cur()->opt;
 }
 
+const char *kern_amx_status(void) {
+    const cpu_features_t *f = cpu_features();
+    if (!f->amx_tile || (!f->amx_int8 && !f->amx_bf16)) return "no: this CPU has no AMX tiles (or the OS does not save them)";
+    if (!cpu_amx_permit()) return "no: the OS refused the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM)";
+    return "no: the CPU has AMX and the OS grants the tiles, but this build has no AMX GEMM yet (the VNNI GEMMs run)";
+}
+
 kern_isa_t kern_isa_active(void) {
     return config_cur()->opt.isa;
 }

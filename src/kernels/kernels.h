@@ -149,6 +149,10 @@ void kern_register_kquant(kern_table_t t, const kern_options_t *o); /* Q4_K, Q5_
 kern_isa_t kern_isa_active(void); /* kern_options().isa */
 kern_isa_t kern_isa_best(void);   /* best supported by this CPU */
 const char *kern_isa_name(kern_isa_t isa);
+/* Whether the GEMMs use AMX tiles, and why not: a static sentence for
+ * `tern info` and the bench headers ("no: this CPU has no AMX tiles", ...).
+ * Asks the OS for the tile data state when the CPU has AMX. */
+const char *kern_amx_status(void);
 int kern_isa_from_name(const char *name); /* -1 if unknown */
 /* The entry of a weight type for an ISA under the active options, falling
  * back to lower ISAs where an entry is missing (an entry counts only with

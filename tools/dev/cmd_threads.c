@@ -56,7 +56,7 @@ int cmd_threads(int argc, char **argv) {
             if (*c == '"' || *c == '\\') putchar('\\');
             putchar(*c >= 0x20 ? *c : ' ');
         }
-        printf("\"}\n");
+        printf("\", \"amx\": \"%s\"}\n", tern_amx_status()); /* plain ASCII, no quotes */
         return 0;
     }
     printf("threads: %d\n", n);
@@ -65,6 +65,7 @@ int cmd_threads(int argc, char **argv) {
     printf("CPUs this process may use: %d\n", online);
     if (llc) printf("last-level cache: %.1f MiB (%s)\n", (double)llc / 1048576.0, llc_src);
     else printf("last-level cache: unknown (%s)\n", llc_src);
+    printf("AMX: %s\n", tern_amx_status());
     if (n > online) printf("note: more threads than CPUs: workers park at once instead of spinning\n");
     printf("affinity: %s\n", pin ? "pinned to distinct physical cores (TERN_AFFINITY=1)"
                                  : "not pinned (TERN_AFFINITY=1 to pin)");
