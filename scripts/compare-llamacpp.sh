@@ -89,15 +89,15 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ -s "$tmp/files" ] || die "no model files given"
+isnum() { case $1 in '' | *[!0-9]*) return 1 ;; esac; }
+{ isnum "$ROUNDS" && [ "$ROUNDS" -ge 1 ]; } || die "--rounds wants a positive integer, got '$ROUNDS'"
+isnum "$PP" || die "--pp wants an integer >= 0, got '$PP'"
+isnum "$TG" || die "--tg wants an integer >= 0, got '$TG'"
 [ -x "$LB" ] || die "llama-bench '$LB' is not an executable file"
 if [ -z "$TERN" ]; then
     if [ -x "$here/build/tern" ]; then TERN=$here/build/tern; else TERN=$(command -v tern) || die "no tern binary: pass --tern PATH"; fi
 fi
 [ -x "$TERN" ] || die "tern '$TERN' is not an executable file"
-isnum() { case $1 in '' | *[!0-9]*) return 1 ;; esac; }
-{ isnum "$ROUNDS" && [ "$ROUNDS" -ge 1 ]; } || die "--rounds wants a positive integer, got '$ROUNDS'"
-isnum "$PP" || die "--pp wants an integer >= 0, got '$PP'"
-isnum "$TG" || die "--tg wants an integer >= 0, got '$TG'"
 [ "$PP" -gt 0 ] || [ "$TG" -gt 0 ] || die "--pp 0 and --tg 0: nothing to run"
 tlist=$(printf '%s' "$THREADS" | tr ',' ' ')
 for t in $tlist; do { isnum "$t" && [ "$t" -ge 1 ]; } || die "--threads wants positive integers, got '$THREADS'"; done

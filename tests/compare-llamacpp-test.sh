@@ -107,7 +107,7 @@ if command -v xmllint >/dev/null 2>&1; then xmllint --noout "$svg" || fail "xmll
 sh "$src/scripts/compare-llamacpp.sh" "$tmp/no-such-llama-bench" "$tmp/tiny.gguf" --tern "$TERN" >/dev/null 2>"$tmp/err"
 rc=$?
 if [ $rc -ne 2 ] || ! grep -q "is not an executable file" "$tmp/err"; then fail "a missing llama-bench: exit $rc"; fi
-sh "$src/scripts/compare-llamacpp.sh" "$src/tests/stub-llama-bench.sh" "$tmp/tiny.gguf" --rounds 0 >/dev/null 2>"$tmp/err"
+sh "$src/scripts/compare-llamacpp.sh" "$src/tests/stub-llama-bench.sh" "$tmp/tiny.gguf" --tern "$TERN" --rounds 0 >/dev/null 2>"$tmp/err"
 rc=$?
 if [ $rc -ne 2 ] || ! grep -q "rounds wants a positive integer" "$tmp/err"; then fail "--rounds 0: exit $rc"; fi
 
