@@ -47,8 +47,12 @@
  * passes (measured: `tern bench kernels --gemm-n`).
  * Up to 16 columns (one group: batched decode) run fuses the decode with
  * the compute (gq_run_fused): a panel of GQ_R far-apart rows is decoded
- * GQ_KC super-blocks at a time into L1 and the micro-kernel (8 lanes up to
- * 8 columns) runs on it at once, no row block through L2. It replaced the
+ * GQ_KC super-blocks at a time into L1 and the micro-kernel runs on it at
+ * once, no row block through L2. Up to 8 columns the panel is decoded as
+ * row pairs and gq_kernel_pairs puts two rows in one 512-bit vector (lane
+ * 2c + e: row 2p + e, column c), since a 256-bit vpdpbusd issues no faster
+ * than a 512-bit one here; 9-16 columns run gq_kernel. The panel's offset
+ * corrections (negc) come from one transposing reduction of its 8 rows. It replaced the
  * matvec tiles for 5-6 (Q6_K 5-8) columns and the row-block path for 7-16
  * (measured: docs/PERF.md).
  * Bounds of the offset form: per sub-block |sum q_i (a_i + 128)| <= 32 * 31 *
@@ -219,8 +223,9 @@ static const v512_t g_gq_scb6[2][2] = {{{.b = {B16(0), B16(1), B16(2), B16(3)}},
                                        {{.b = {B16(8), B16(9), B16(10), B16(11)}},
                                         {.b = {B16(12), B16(13), B16(14), B16(15)}}}};
 
-/* One Q4_K (q5 = 0) / Q5_K block of one row into o. */
-static void gq_decode_affine(const uint8_t *blk, gq_row_t *o, const int q5) {
+/* One Q4_K (q5 = 0) / Q5_K block of one row into o, all but negc; returns
+ * the vector whose lane total is sum_j sc_j * (sum of sub-block j's weights). */
+TERN_INLINE __m512i gq_decode_affine_cs(const uint8_t *blk, gq_row_t *o, const int q5, __m512i *qo) {
     uint64_t sc8, m8;
     kquant_scales_k4(blk + offsetof(block_q4_K, scales), &sc8, &m8);
     __m512i q[4];
@@ -232,10 +237,10 @@ static void gq_decode_affine(const uint8_t *blk, gq_row_t *o, const int q5) {
     __m512i cs = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
-        _mm512_storeu_si512(o->w + 64 * v, q[v]);
+        if (qo) qo[v] = q[v];
+        else _mm512_storeu_si512(o->w + 64 * v, q[v]);
         cs = _mm512_dpbusd_epi32(cs, q[v], _mm512_shuffle_epi8(scb, g_gq_scb[v >> 1][v & 1].v));
     }
-    o->negc = -128 * hsum_epi32(cs);
     _mm256_storeu_si256((__m256i *)o->sc, _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8)));
     _mm_storeu_si128((__m128i *)o->mn, _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m8)));
     fp16_t hd, hm;
@@ -243,10 +248,17 @@ static void gq_decode_affine(const uint8_t *blk, gq_row_t *o, const int q5) {
     memcpy(&hm, blk + sizeof hd, sizeof hm);
     o->d = _cvtsh_ss(hd);
     o->dmin = _cvtsh_ss(hm);
+    return cs;
 }
 
-/* One Q6_K block of one row into o. */
-static void gq_decode_q6(const block_q6_K *w, gq_row_t *o) {
+/* One Q4_K (q5 = 0) / Q5_K block of one row into o. */
+static void gq_decode_affine(const uint8_t *blk, gq_row_t *o, const int q5) {
+    o->negc = -128 * hsum_epi32(gq_decode_affine_cs(blk, o, q5, NULL));
+}
+
+/* One Q6_K block of one row into o, all but negc; returns the vector whose
+ * lane total is sum_j sc_j * sum_{i in j} (q_i - 32). */
+TERN_INLINE __m512i gq_decode_q6_cs(const block_q6_K *w, gq_row_t *o, __m512i *qo) {
     __m512i q[4];
     q6k_unpack(w, q);
     const __m128i sc = loadu128(w->scales);
@@ -255,18 +267,47 @@ static void gq_decode_q6(const block_q6_K *w, gq_row_t *o) {
     __m512i cs = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
-        _mm512_storeu_si512(o->w + 64 * v, _mm512_sub_epi8(q[v], m32));
+        if (qo) qo[v] = _mm512_sub_epi8(q[v], m32);
+        else _mm512_storeu_si512(o->w + 64 * v, _mm512_sub_epi8(q[v], m32));
         cs = _mm512_dpbusd_epi32(cs, q[v], _mm512_shuffle_epi8(scx, g_gq_scb6[v >> 1][v & 1].v));
     }
     /* sum_j sc_j * sum_{i in j} (q_i - 32) = sum_j sc_j * sum q_i - 512 * sum_j sc_j: one reduction of
      * cs - 512 * sc (exact: every lane and partial sum stays far below 2^31) */
     const __m512i sc32 = _mm512_cvtepi8_epi32(sc);
-    o->negc = -128 * hsum_epi32(_mm512_sub_epi32(cs, _mm512_slli_epi32(sc32, 9)));
     _mm512_storeu_si512(o->sc, sc32);
     memset(o->mn, 0, sizeof o->mn);
     o->d = _cvtsh_ss(w->d);
     o->dmin = 0.0f;
+    return _mm512_sub_epi32(cs, _mm512_slli_epi32(sc32, 9));
 }
+
+/* One Q6_K block of one row into o. */
+static void gq_decode_q6(const block_q6_K *w, gq_row_t *o) {
+    o->negc = -128 * hsum_epi32(gq_decode_q6_cs(w, o, NULL));
+}
+
+/* Lane r (0..7) of the result = the total of the 16 int32 lanes of c[r]
+ * (exact: integer adds in another order), one transposing reduction for 8
+ * vectors instead of 8 horizontal sums. */
+TERN_INLINE __m256i reduce8_epi32(const __m512i c[8]) {
+    __m512i p[4], q[2];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) /* per 128-bit lane: [c2i, c2i+1, c2i, c2i+1] partials */
+        p[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(c[2 * i], c[2 * i + 1]),
+                                _mm512_unpackhi_epi32(c[2 * i], c[2 * i + 1]));
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) /* per 128-bit lane: [c4i .. c4i+3] partials */
+        q[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(p[2 * i], p[2 * i + 1]),
+                                _mm512_unpackhi_epi64(p[2 * i], p[2 * i + 1]));
+    /* lanes: [c0..3, c0..3, c4..7, c4..7] partials, then totals */
+    const __m512i x = _mm512_add_epi32(_mm512_shuffle_i32x4(q[0], q[1], 0x44), _mm512_shuffle_i32x4(q[0], q[1], 0xEE));
+    const __m512i y = _mm512_add_epi32(x, _mm512_shuffle_i32x4(x, x, 0xB1));
+    return _mm512_castsi512_si256(_mm512_shuffle_i32x4(y, y, 0x08));
+}
+
+/* Super-block b of GQ_R rows (blk[r]) into o[0..GQ_R-1]: the decodes above,
+ * with the rows' negc from one reduction. */
+TERN_INLINE void gq_decode_panel(const char *const blk[GQ_R], gq_row_t *o, const int fmt);
 
 /* acc + vpdpbusd(a, the dword at p broadcast), with the broadcast embedded
  * in the instruction (one fused uop; compilers load it separately). dp0
@@ -455,6 +496,179 @@ static void gq_kernel_q6(const gq_row_t *pw, const uint8_t *xg, int64_t nb, floa
 
 enum { GQ_Q4K, GQ_Q5K, GQ_Q6K };
 
+TERN_INLINE void gq_decode_panel(const char *const blk[GQ_R], gq_row_t *o, const int fmt) {
+    _Static_assert(GQ_R == 8, "reduce8_epi32 serves 8 rows");
+    __m512i cs[GQ_R];
+#pragma GCC unroll 8
+    for (int r = 0; r < GQ_R; r++)
+        cs[r] = fmt == GQ_Q6K ? gq_decode_q6_cs((const block_q6_K *)blk[r], o + r, NULL)
+                              : gq_decode_affine_cs((const uint8_t *)blk[r], o + r, fmt == GQ_Q5K, NULL);
+    int32_t negc[GQ_R];
+    _mm256_storeu_si256((__m256i *)negc, _mm256_mullo_epi32(reduce8_epi32(cs), _mm256_set1_epi32(-128)));
+#pragma GCC unroll 8
+    for (int r = 0; r < GQ_R; r++) o[r].negc = negc[r];
+}
+
+/* ---- Row pairs: up to 8 columns on 16 lanes -------------------------------
+ *
+ * With at most 8 columns the 8-lane micro-kernel above issues one 256-bit
+ * vpdpbusd per 32 MACs, and a 256-bit vpdpbusd issues no faster than a
+ * 512-bit one here (measured: the 8-lane kernel took as long as the
+ * 16-lane one at 16 columns). So two rows share one 512-bit vector: lane
+ * 2c + e = (row 2p + e of the panel, column c), e = 0, 1. The activation
+ * vector of a k-slice is prep's (lane c = column c) with each dword doubled
+ * (one vpermd, shared by the 4 pairs), the weight operand is the pair's two
+ * dwords broadcast as a qword, stored interleaved at decode. Per lane the
+ * steps are those of gq_kernel (same integers; the float chain per lane
+ * takes the same operations in the same order), so the same bits. */
+typedef struct {
+    int8_t w[2 * QK_K]; /* see gq_pw_off */
+    int32_t sc[16][2];  /* [sub-block][row e] */
+    uint32_t mn[4][2];  /* [mins pair][row e] */
+    float d[2], dmin[2];
+    int32_t negc[2], pad[2];
+} gq_pair_t;
+_Static_assert(sizeof(gq_pair_t) <= 2 * sizeof(gq_row_t), "a pair fits the scratch of two decoded rows");
+
+/* Byte offset in gq_pair_t.w of the qword [row 0 dword s, row 1 dword s],
+ * s = storage slice (dword) 0..63 of gq_row_t.w: chunk v = s / 16 of 64
+ * bytes is stored as unpacklo_epi32(row 0, row 1), unpackhi_epi32(...). */
+#define GQ_PW_OFF(s) (128 * ((s) / 16) + 64 * (((s) % 4) >= 2) + 16 * (((s) % 16) / 4) + 8 * ((s) % 2))
+
+/* Rows 2p, 2p + 1 into a pair: o0, o1 as decoded (all but w), q0, q1 their
+ * weight vectors (gq_row_t.w). */
+TERN_INLINE void gq_pair_from_rows(const gq_row_t *o0, const gq_row_t *o1, const __m512i q0[4], const __m512i q1[4],
+                                   gq_pair_t *o, const bool q6) {
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+        _mm512_storeu_si512(o->w + 128 * v, _mm512_unpacklo_epi32(q0[v], q1[v]));
+        _mm512_storeu_si512(o->w + 128 * v + 64, _mm512_unpackhi_epi32(q0[v], q1[v]));
+    }
+    if (q6) {
+        const __m512i a = _mm512_loadu_si512(o0->sc), b = _mm512_loadu_si512(o1->sc);
+        const __m512i lo = _mm512_unpacklo_epi32(a, b), hi = _mm512_unpackhi_epi32(a, b);
+        /* lane L: lo = sc[4L], sc[4L + 1] pairs; hi = sc[4L + 2], sc[4L + 3] */
+        _mm512_storeu_si512(o->sc, _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi));
+        _mm512_storeu_si512(o->sc[8], _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), hi));
+    } else {
+        const __m256i a = _mm256_loadu_si256((const __m256i *)o0->sc), b = _mm256_loadu_si256((const __m256i *)o1->sc);
+        const __m256i lo = _mm256_unpacklo_epi32(a, b), hi = _mm256_unpackhi_epi32(a, b);
+        _mm256_storeu_si256((__m256i *)o->sc, _mm256_permute2x128_si256(lo, hi, 0x20));
+        _mm256_storeu_si256((__m256i *)o->sc[4], _mm256_permute2x128_si256(lo, hi, 0x31));
+        const __m128i ma = _mm_loadu_si128((const __m128i *)o0->mn), mb = _mm_loadu_si128((const __m128i *)o1->mn);
+        _mm_storeu_si128((__m128i *)o->mn, _mm_unpacklo_epi32(ma, mb));
+        _mm_storeu_si128((__m128i *)o->mn[2], _mm_unpackhi_epi32(ma, mb));
+    }
+    o->d[0] = o0->d, o->d[1] = o1->d;
+    o->dmin[0] = o0->dmin, o->dmin[1] = o1->dmin;
+}
+
+/* Super-block b of GQ_R rows (blk[r]) into GQ_R / 2 pairs. */
+TERN_INLINE void gq_decode_panel_pairs(const char *const blk[GQ_R], gq_pair_t *o, const int fmt) {
+    __m512i cs[GQ_R];
+    gq_row_t tmp[2];
+#pragma GCC unroll 4
+    for (int p = 0; p < GQ_R / 2; p++) {
+        __m512i q[2][4];
+#pragma GCC unroll 2
+        for (int e = 0; e < 2; e++)
+            cs[2 * p + e] = fmt == GQ_Q6K
+                                ? gq_decode_q6_cs((const block_q6_K *)blk[2 * p + e], tmp + e, q[e])
+                                : gq_decode_affine_cs((const uint8_t *)blk[2 * p + e], tmp + e, fmt == GQ_Q5K, q[e]);
+        gq_pair_from_rows(tmp, tmp + 1, q[0], q[1], o + p, fmt == GQ_Q6K);
+    }
+    int32_t negc[GQ_R];
+    _mm256_storeu_si256((__m256i *)negc, _mm256_mullo_epi32(reduce8_epi32(cs), _mm256_set1_epi32(-128)));
+#pragma GCC unroll 4
+    for (int p = 0; p < GQ_R / 2; p++) o[p].negc[0] = negc[2 * p], o[p].negc[1] = negc[2 * p + 1];
+}
+
+/* acc + vpdpbusd(a, qword at p broadcast) */
+TERN_INLINE __m512i dp_q(__m512i acc, __m512i a, const void *p) {
+    return _mm512_dpbusd_epi32(acc, a, _mm512_set1_epi64(*(const long long *)p));
+}
+TERN_INLINE __m512i bq(const void *p) { return _mm512_set1_epi64(*(const long long *)p); }
+
+/* 4 pairs (pp: [b][4]) x up to 8 columns (xg: one group, lanes 0..7) over
+ * nb super-blocks, continuing st[p] (lane 2c + e) like gq_kernel. */
+TERN_INLINE void gq_kernel_pairs(const gq_pair_t *pp, const uint8_t *xg, int64_t nb, float st[GQ_R / 2][GQ_LANES],
+                                 int first, const bool q6) {
+    enum { NP = GQ_R / 2 };
+    const int units = q6 ? 16 : 8, slices = q6 ? 4 : 8;
+    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    __m512 acc[NP];
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++) acc[p] = first ? _mm512_setzero_ps() : _mm512_load_ps(st[p]);
+    for (int64_t b = 0; b < nb; b++) {
+        const gq_pair_t *w = pp + b * NP;
+        const uint8_t *x = xg + (size_t)b * GQ_ACT_SB;
+        __m512i T[NP];
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) T[p] = bq(w[p].negc);
+#pragma GCC unroll 8
+        for (int u = 0; u < units; u += 2) {
+            const int j0 = q6 ? u : gq_sub[u], j1 = q6 ? u + 1 : gq_sub[u + 1];
+            const uint8_t *x0 = x + GQ_ACT_QS + 64 * slices * j0, *x1 = x + GQ_ACT_QS + 64 * slices * j1;
+            const int s0 = slices * u, s1 = s0 + slices; /* storage slices */
+            __m512i d0[NP], d1[NP];
+            {
+                const __m512i a0 = _mm512_permutexvar_epi32(dup, _mm512_loadu_si512(x0));
+                const __m512i a1 = _mm512_permutexvar_epi32(dup, _mm512_loadu_si512(x1));
+#pragma GCC unroll 4
+                for (int p = 0; p < NP; p++) {
+                    d0[p] = dp_q(_mm512_setzero_si512(), a0, w[p].w + GQ_PW_OFF(s0));
+                    d1[p] = dp_q(_mm512_setzero_si512(), a1, w[p].w + GQ_PW_OFF(s1));
+                }
+            }
+#pragma GCC unroll 7
+            for (int i = 1; i < slices; i++) {
+                const __m512i a0 = _mm512_permutexvar_epi32(dup, _mm512_loadu_si512(x0 + 64 * i));
+                const __m512i a1 = _mm512_permutexvar_epi32(dup, _mm512_loadu_si512(x1 + 64 * i));
+#pragma GCC unroll 4
+                for (int p = 0; p < NP; p++) {
+                    d0[p] = dp_q(d0[p], a0, w[p].w + GQ_PW_OFF(s0 + i));
+                    d1[p] = dp_q(d1[p], a1, w[p].w + GQ_PW_OFF(s1 + i));
+                }
+            }
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++) {
+                T[p] = _mm512_add_epi32(T[p], _mm512_mullo_epi32(d0[p], bq(w[p].sc[j0])));
+                T[p] = _mm512_add_epi32(T[p], _mm512_mullo_epi32(d1[p], bq(w[p].sc[j1])));
+            }
+        }
+        const __m512 DA = _mm512_permutexvar_ps(dup, _mm512_loadu_ps(x + GQ_ACT_D));
+        if (q6) {
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++)
+                acc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T[p]), _mm512_mul_ps(DA, _mm512_castsi512_ps(bq(w[p].d))),
+                                         acc[p]);
+            continue;
+        }
+        __m512i P[4];
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) P[i] = _mm512_permutexvar_epi32(dup, _mm512_loadu_si512(x + GQ_ACT_P + 64 * i));
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) {
+            __m512i m = _mm512_dpwssd_epi32(_mm512_setzero_si512(), P[0], bq(w[p].mn[0]));
+#pragma GCC unroll 3
+            for (int i = 1; i < 4; i++) m = _mm512_dpwssd_epi32(m, P[i], bq(w[p].mn[i]));
+            acc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T[p]), _mm512_mul_ps(DA, _mm512_castsi512_ps(bq(w[p].d))), acc[p]);
+            acc[p] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(DA, _mm512_castsi512_ps(bq(w[p].dmin))),
+                                      acc[p]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++) _mm512_store_ps(st[p], acc[p]);
+}
+static void gq_kernel_pairs_affine(const gq_pair_t *pp, const uint8_t *xg, int64_t nb, float st[GQ_R / 2][GQ_LANES],
+                                   int first) {
+    gq_kernel_pairs(pp, xg, nb, st, first, false);
+}
+static void gq_kernel_pairs_q6(const gq_pair_t *pp, const uint8_t *xg, int64_t nb, float st[GQ_R / 2][GQ_LANES],
+                               int first) {
+    gq_kernel_pairs(pp, xg, nb, st, first, true);
+}
+
 /* One group of columns (up to 16; batched decode): the row blocks of
  * gq_run below decode gq_mc rows into L2-sized scratch and read them back
  * for at most 16 columns. Here a panel of GQ_R far-apart rows (rows i, q +
@@ -468,6 +682,7 @@ TERN_INLINE void gq_run_fused(const kern_gemm_args_t *a, const char *w, size_t r
     const bool half = a->n <= 8;
     const int nc = (int)a->n;
     gq_row_t *dec = scratch;
+    gq_pair_t *pairs = scratch; /* up to 8 columns: row pairs in place of the rows */
     float(*st)[GQ_LANES] = (void *)((char *)scratch + gq_dec_bytes(nb));
     const int64_t q = nrows >= 2 * GQ_R ? nrows / GQ_R : 0; /* rows per stream */
     const int64_t npan = q + (nrows - GQ_R * q + GQ_R - 1) / GQ_R;
@@ -484,24 +699,33 @@ TERN_INLINE void gq_run_fused(const kern_gemm_args_t *a, const char *w, size_t r
         for (int64_t k0 = 0; k0 < nb; k0 += GQ_KC) {
             const int64_t kc = nb - k0 < GQ_KC ? nb - k0 : GQ_KC;
             for (int64_t b = 0; b < kc; b++) {
+                const char *blk[GQ_R];
                 for (int r = 0; r < GQ_R; r++) {
-                    const char *blk = w + (size_t)ri[r] * row_bytes + (size_t)(k0 + b) * bsz;
-                    prefetch_ahead(blk, bsz);
-                    if (fmt == GQ_Q6K) gq_decode_q6((const block_q6_K *)blk, dec + b * GQ_R + r);
-                    else gq_decode_affine((const uint8_t *)blk, dec + b * GQ_R + r, fmt == GQ_Q5K);
+                    blk[r] = w + (size_t)ri[r] * row_bytes + (size_t)(k0 + b) * bsz;
+                    prefetch_ahead(blk[r], bsz);
+                }
+                if (half) {
+                    gq_decode_panel_pairs(blk, pairs + b * (GQ_R / 2), fmt);
+                } else {
+                    gq_decode_panel(blk, dec + b * GQ_R, fmt);
                 }
             }
             const uint8_t *xg = (const uint8_t *)a->xg + (size_t)k0 * GQ_ACT_SB;
             if (half) {
-                if (fmt == GQ_Q6K) gq_kernel8_q6(dec, xg, kc, st, k0 == 0);
-                else gq_kernel8_affine(dec, xg, kc, st, k0 == 0);
+                if (fmt == GQ_Q6K) gq_kernel_pairs_q6(pairs, xg, kc, st, k0 == 0);
+                else gq_kernel_pairs_affine(pairs, xg, kc, st, k0 == 0);
             } else {
                 if (fmt == GQ_Q6K) gq_kernel_q6(dec, xg, kc, st, k0 == 0);
                 else gq_kernel_affine(dec, xg, kc, st, k0 == 0);
             }
         }
-        for (int c = 0; c < nc; c++)
-            for (int r = 0; r < nrv; r++) y[c * ldy + ri[r]] = st[r][c];
+        if (half) {
+            for (int c = 0; c < nc; c++)
+                for (int r = 0; r < nrv; r++) y[c * ldy + ri[r]] = st[r >> 1][2 * c + (r & 1)];
+        } else {
+            for (int c = 0; c < nc; c++)
+                for (int r = 0; r < nrv; r++) y[c * ldy + ri[r]] = st[r][c];
+        }
     }
 }
 
