@@ -15,7 +15,11 @@
  *   [GQ_ACT_P]  4 vectors; dword c of vector i = (S_2i, S_2i+1) of column c
  *               as an int16 pair, S_j = bsums[2j] + bsums[2j+1];
  *   [GQ_ACT_D]  the 16 columns' da.
- * Lanes of missing columns (a partial group) are zero.
+ * Lanes of missing columns (a partial group) are zero. A group of at most
+ * 8 columns is laid out for the row-pair kernel instead: lanes 2c and 2c + 1
+ * both hold column c (QS, P and D alike) and QS holds the activations as
+ * they are (no + 128); gq_kernel reads it with the offset applied on load
+ * (each column then computed in two lanes), gq_kernel_pairs as it is.
  * run (per thread, on a chunk of rows) loops over
  *   column blocks (up to gq_gmax groups, whose activations stay in L2)
  *     row blocks (up to gq_mc rows, decoded into per-thread scratch: one
@@ -41,20 +45,20 @@
  * broadcasting unsigned weights into a register (one fused uop per vpdpbusd
  * instead of two); the sub-block scale cannot go through vpdpwssd because a sub-block
  * sum does not fit int16, so it costs one vpmulld per row and sub-block.
- * A group of at most 8 columns runs the micro-kernel on 8 lanes (ymm, the
- * lower half of each prep vector; gq_kernel8): the same steps per lane, at
- * half the cost of 16 lanes on Zen 4, where a 512-bit vpdpbusd takes two
- * passes (measured: `tern bench kernels --gemm-n`).
  * Up to 16 columns (one group: batched decode) run fuses the decode with
  * the compute (gq_run_fused): a panel of GQ_R far-apart rows is decoded
  * GQ_KC super-blocks at a time into L1 and the micro-kernel runs on it at
- * once, no row block through L2. Up to 8 columns the panel is decoded as
- * row pairs and gq_kernel_pairs puts two rows in one 512-bit vector (lane
- * 2c + e: row 2p + e, column c), since a 256-bit vpdpbusd issues no faster
- * than a 512-bit one here; 9-16 columns run gq_kernel. The panel's offset
- * corrections (negc) come from one transposing reduction of its 8 rows. It replaced the
- * matvec tiles for 5-6 (Q6_K 5-8) columns and the row-block path for 7-16
- * (measured: docs/PERF.md).
+ * once, no row block through L2 (it replaced the matvec tiles for 5-6
+ * (Q6_K 5-8) columns and the row-block path for 7-16, measured:
+ * docs/PERF.md). 9-16 columns run gq_kernel there, the panel's offset
+ * corrections (negc) from one transposing reduction of its 8 rows. Up to
+ * 8 columns the panel is decoded as row pairs and gq_kernel_pairs puts two
+ * rows in one 512-bit vector (lane 2c + e: row 2p + e, column c), since a
+ * 256-bit vpdpbusd issues no faster than a 512-bit one here (the former
+ * 8-lane kernel took as long at 8 columns as gq_kernel at 16); the weight
+ * operand is the pair's qword broadcast into a register, so Q4_K / Q5_K
+ * take the weights as the unsigned operand against the raw activations and
+ * need no offset correction (Q6_K keeps the +128 form and negc).
  * Bounds of the offset form: per sub-block |sum q_i (a_i + 128)| <= 32 * 31 *
  * 255 (Q6_K: 16 * 32 * 255), scaled and summed over the super-block below
  * 2^29, the correction likewise.
@@ -173,30 +177,35 @@ static void gq_prep(int64_t k, const void *xav, size_t st, int ncols, void *xgv)
     const char *xa = xav;
     uint8_t *xg = xgv;
     const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const bool dup = ncols <= GQ_LANES / 2; /* the layout for at most 8 columns (see the header) */
     for (int64_t b = 0; b < k / QK_K; b++) {
         uint8_t *o = xg + (size_t)b * GQ_ACT_SB;
         for (int q = 0; q < 4; q++) {
             __m512i r[16];
-            for (int c = 0; c < GQ_LANES; c++)
-                r[c] = c < ncols ? _mm512_xor_si512(loadu512(act_at(xa, st, c, b)->qs + 64 * q), bias)
-                                 : _mm512_setzero_si512();
+            for (int l = 0; l < GQ_LANES; l++) {
+                const int c = dup ? l >> 1 : l;
+                r[l] = c >= ncols ? _mm512_setzero_si512()
+                       : dup      ? loadu512(act_at(xa, st, c, b)->qs + 64 * q)
+                                  : _mm512_xor_si512(loadu512(act_at(xa, st, c, b)->qs + 64 * q), bias);
+            }
             transpose16(r);
             for (int i = 0; i < 16; i++) _mm512_storeu_si512(o + GQ_ACT_QS + 64 * (16 * q + i), r[i]);
         }
         uint32_t P[4][GQ_LANES];
         float D[GQ_LANES];
-        for (int c = 0; c < GQ_LANES; c++) {
+        for (int l = 0; l < GQ_LANES; l++) {
+            const int c = dup ? l >> 1 : l;
             if (c >= ncols) {
-                for (int i = 0; i < 4; i++) P[i][c] = 0;
-                D[c] = 0.0f;
+                for (int i = 0; i < 4; i++) P[i][l] = 0;
+                D[l] = 0.0f;
                 continue;
             }
             const block_q8_K *a = act_at(xa, st, c, b);
             for (int i = 0; i < 4; i++) {
                 const int s0 = a->bsums[4 * i] + a->bsums[4 * i + 1], s1 = a->bsums[4 * i + 2] + a->bsums[4 * i + 3];
-                P[i][c] = (uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16;
+                P[i][l] = (uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16;
             }
-            D[c] = a->d;
+            D[l] = a->d;
         }
         memcpy(o + GQ_ACT_P, P, sizeof P);
         memcpy(o + GQ_ACT_D, D, sizeof D);
@@ -338,7 +347,8 @@ TERN_INLINE __m512i muladd_bcast(__m512i t, __m512i d, const int32_t *p) {
  * 8 sub-blocks of 32 (8 k-slices each, stored in gq_sub order, with mins).
  * Inlined with a constant q6 into the two kernels below. */
 TERN_INLINE void gq_kernel(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first,
-                         const bool q6) {
+                         const bool q6, const bool raw) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
     const int units = q6 ? 16 : 8, slices = q6 ? 4 : 8; /* per unit: 4 * slices weight bytes */
     __m512 acc[GQ_R];
 #pragma GCC unroll 8
@@ -356,7 +366,8 @@ TERN_INLINE void gq_kernel(const gq_row_t *pw, const uint8_t *xg, int64_t nb, fl
             const int o0 = 4 * slices * u, o1 = o0 + 4 * slices;
             __m512i d0[GQ_R], d1[GQ_R];
             {
-                const __m512i a0 = _mm512_loadu_si512(x0), a1 = _mm512_loadu_si512(x1);
+                __m512i a0 = _mm512_loadu_si512(x0), a1 = _mm512_loadu_si512(x1);
+                if (raw) a0 = _mm512_xor_si512(a0, bias), a1 = _mm512_xor_si512(a1, bias);
 #pragma GCC unroll 8
                 for (int r = 0; r < GQ_R; r++) {
                     d0[r] = dp0_bcast(a0, w[r].w + o0);
@@ -365,7 +376,8 @@ TERN_INLINE void gq_kernel(const gq_row_t *pw, const uint8_t *xg, int64_t nb, fl
             }
 #pragma GCC unroll 7
             for (int i = 1; i < slices; i++) {
-                const __m512i a0 = _mm512_loadu_si512(x0 + 64 * i), a1 = _mm512_loadu_si512(x1 + 64 * i);
+                __m512i a0 = _mm512_loadu_si512(x0 + 64 * i), a1 = _mm512_loadu_si512(x1 + 64 * i);
+                if (raw) a0 = _mm512_xor_si512(a0, bias), a1 = _mm512_xor_si512(a1, bias);
 #pragma GCC unroll 8
                 for (int r = 0; r < GQ_R; r++) {
                     d0[r] = dp_bcast(d0[r], a0, w[r].w + o0 + 4 * i);
@@ -400,98 +412,20 @@ TERN_INLINE void gq_kernel(const gq_row_t *pw, const uint8_t *xg, int64_t nb, fl
 #pragma GCC unroll 8
     for (int r = 0; r < GQ_R; r++) _mm512_store_ps(st[r], acc[r]);
 }
-/* The same for 8 lanes (ymm): a group of at most 8 columns uses the lower
- * halves of prep's vectors (lane c = column c) at half the cost of 16 lanes
- * on Zen 4 (a 512-bit vpdpbusd takes two passes, a 256-bit one one). */
-TERN_INLINE __m256i dp_bcast8(__m256i acc, __m256i a, const void *p) {
-    __asm__("vpdpbusd %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*(const int32_t *)p));
-    return acc;
-}
-TERN_INLINE __m256i dp0_bcast8(__m256i a, const void *p) {
-    __m256i acc;
-    __asm__("vpxord %0, %0, %0\n\tvpdpbusd %2%{1to8%}, %1, %0" : "=&v"(acc) : "v"(a), "m"(*(const int32_t *)p));
-    return acc;
-}
-TERN_INLINE __m256i muladd_bcast8(__m256i t, __m256i d, const int32_t *p) {
-    __asm__("vpmulld %2%{1to8%}, %1, %1\n\tvpaddd %1, %0, %0" : "+v"(t), "+v"(d) : "m"(*p));
-    return t;
-}
-
-/* gq_kernel on 8 lanes (columns 0..7 of the group): the same steps per lane. */
-TERN_INLINE void gq_kernel8(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first,
-                         const bool q6) {
-    const int units = q6 ? 16 : 8, slices = q6 ? 4 : 8; /* per unit: 4 * slices weight bytes */
-    __m256 acc[GQ_R];
-#pragma GCC unroll 8
-    for (int r = 0; r < GQ_R; r++) acc[r] = first ? _mm256_setzero_ps() : _mm256_load_ps(st[r]);
-    for (int64_t b = 0; b < nb; b++) {
-        const gq_row_t *w = pw + b * GQ_R;
-        const uint8_t *x = xg + (size_t)b * GQ_ACT_SB;
-        __m256i T[GQ_R];
-#pragma GCC unroll 8
-        for (int r = 0; r < GQ_R; r++) T[r] = _mm256_set1_epi32(w[r].negc);
-#pragma GCC unroll 8
-        for (int u = 0; u < units; u += 2) { /* storage units u, u + 1: two chains per row */
-            const int j0 = q6 ? u : gq_sub[u], j1 = q6 ? u + 1 : gq_sub[u + 1];
-            const uint8_t *x0 = x + GQ_ACT_QS + 64 * slices * j0, *x1 = x + GQ_ACT_QS + 64 * slices * j1;
-            const int o0 = 4 * slices * u, o1 = o0 + 4 * slices;
-            __m256i d0[GQ_R], d1[GQ_R];
-            {
-                const __m256i a0 = _mm256_loadu_si256((const __m256i *)(x0)), a1 = _mm256_loadu_si256((const __m256i *)(x1));
-#pragma GCC unroll 8
-                for (int r = 0; r < GQ_R; r++) {
-                    d0[r] = dp0_bcast8(a0, w[r].w + o0);
-                    d1[r] = dp0_bcast8(a1, w[r].w + o1);
-                }
-            }
-#pragma GCC unroll 7
-            for (int i = 1; i < slices; i++) {
-                const __m256i a0 = _mm256_loadu_si256((const __m256i *)(x0 + 64 * i)), a1 = _mm256_loadu_si256((const __m256i *)(x1 + 64 * i));
-#pragma GCC unroll 8
-                for (int r = 0; r < GQ_R; r++) {
-                    d0[r] = dp_bcast8(d0[r], a0, w[r].w + o0 + 4 * i);
-                    d1[r] = dp_bcast8(d1[r], a1, w[r].w + o1 + 4 * i);
-                }
-            }
-#pragma GCC unroll 8
-            for (int r = 0; r < GQ_R; r++) {
-                T[r] = muladd_bcast8(T[r], d0[r], &w[r].sc[j0]);
-                T[r] = muladd_bcast8(T[r], d1[r], &w[r].sc[j1]);
-            }
-        }
-        const __m256 DA = _mm256_loadu_ps((const float *)(x + GQ_ACT_D));
-        if (q6) {
-#pragma GCC unroll 8
-            for (int r = 0; r < GQ_R; r++)
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[r]), _mm256_mul_ps(DA, _mm256_set1_ps(w[r].d)), acc[r]);
-            continue;
-        }
-        __m256i P[4];
-#pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) P[i] = _mm256_loadu_si256((const __m256i *)(x + GQ_ACT_P + 64 * i));
-#pragma GCC unroll 8
-        for (int r = 0; r < GQ_R; r++) {
-            __m256i m = _mm256_dpwssd_epi32(_mm256_setzero_si256(), P[0], _mm256_set1_epi32((int)w[r].mn[0]));
-#pragma GCC unroll 3
-            for (int i = 1; i < 4; i++) m = _mm256_dpwssd_epi32(m, P[i], _mm256_set1_epi32((int)w[r].mn[i]));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[r]), _mm256_mul_ps(DA, _mm256_set1_ps(w[r].d)), acc[r]);
-            acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(DA, _mm256_set1_ps(w[r].dmin)), acc[r]);
-        }
-    }
-#pragma GCC unroll 8
-    for (int r = 0; r < GQ_R; r++) _mm256_store_ps(st[r], acc[r]);
-}
-static void gq_kernel8_affine(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
-    gq_kernel8(pw, xg, nb, st, first, false);
-}
-static void gq_kernel8_q6(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
-    gq_kernel8(pw, xg, nb, st, first, true);
-}
 static void gq_kernel_affine(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
-    gq_kernel(pw, xg, nb, st, first, false);
+    gq_kernel(pw, xg, nb, st, first, false, false);
 }
 static void gq_kernel_q6(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
-    gq_kernel(pw, xg, nb, st, first, true);
+    gq_kernel(pw, xg, nb, st, first, true, false);
+}
+/* On the layout of at most 8 columns (a last group of gq_run): every
+ * column in two lanes, computed twice. */
+static void gq_kernel_affine_dup(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES],
+                                 int first) {
+    gq_kernel(pw, xg, nb, st, first, false, true);
+}
+static void gq_kernel_q6_dup(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
+    gq_kernel(pw, xg, nb, st, first, true, true);
 }
 
 enum { GQ_Q4K, GQ_Q5K, GQ_Q6K };
@@ -577,17 +511,27 @@ TERN_INLINE void gq_decode_panel_pairs(const char *const blk[GQ_R], gq_pair_t *o
                                 : gq_decode_affine_cs((const uint8_t *)blk[2 * p + e], tmp + e, fmt == GQ_Q5K, q[e]);
         gq_pair_from_rows(tmp, tmp + 1, q[0], q[1], o + p, fmt == GQ_Q6K);
     }
+    if (fmt != GQ_Q6K) return; /* Q4_K / Q5_K pairs need no offset correction (dp_pair) */
     int32_t negc[GQ_R];
     _mm256_storeu_si256((__m256i *)negc, _mm256_mullo_epi32(reduce8_epi32(cs), _mm256_set1_epi32(-128)));
 #pragma GCC unroll 4
     for (int p = 0; p < GQ_R / 2; p++) o[p].negc[0] = negc[2 * p], o[p].negc[1] = negc[2 * p + 1];
 }
 
-/* acc + vpdpbusd(a, qword at p broadcast) */
-TERN_INLINE __m512i dp_q(__m512i acc, __m512i a, const void *p) {
-    return _mm512_dpbusd_epi32(acc, a, _mm512_set1_epi64(*(const long long *)p));
-}
 TERN_INLINE __m512i bq(const void *p) { return _mm512_set1_epi64(*(const long long *)p); }
+/* One k-slice of activations (prep's layout for at most 8 columns: raw
+ * int8, lane 2c + e = column c); + 128 for Q6_K (see dp_pair). */
+TERN_INLINE __m512i gq_act(const uint8_t *x, const bool q6) {
+    const __m512i a = _mm512_loadu_si512(x);
+    return q6 ? _mm512_xor_si512(a, _mm512_set1_epi8((char)0x80)) : a;
+}
+/* acc + the pair's weight qword at p against a. Q4_K / Q5_K: weights
+ * (0..31) as the unsigned operand, raw activations as the signed one, so
+ * no offset correction (T starts at 0); Q6_K: activations + 128 unsigned,
+ * weights q - 32 signed, T starts at negc (as in gq_kernel). */
+TERN_INLINE __m512i dp_pair(__m512i acc, __m512i a, const void *p, const bool q6) {
+    return q6 ? _mm512_dpbusd_epi32(acc, a, bq(p)) : _mm512_dpbusd_epi32(acc, bq(p), a);
+}
 
 /* 4 pairs (pp: [b][4]) x up to 8 columns (xg: one group, lanes 0..7) over
  * nb super-blocks, continuing st[p] (lane 2c + e) like gq_kernel. */
@@ -595,7 +539,6 @@ TERN_INLINE void gq_kernel_pairs(const gq_pair_t *pp, const uint8_t *xg, int64_t
                                  int first, const bool q6) {
     enum { NP = GQ_R / 2 };
     const int units = q6 ? 16 : 8, slices = q6 ? 4 : 8;
-    const __m512i dup = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     __m512 acc[NP];
 #pragma GCC unroll 4
     for (int p = 0; p < NP; p++) acc[p] = first ? _mm512_setzero_ps() : _mm512_load_ps(st[p]);
@@ -604,7 +547,7 @@ TERN_INLINE void gq_kernel_pairs(const gq_pair_t *pp, const uint8_t *xg, int64_t
         const uint8_t *x = xg + (size_t)b * GQ_ACT_SB;
         __m512i T[NP];
 #pragma GCC unroll 4
-        for (int p = 0; p < NP; p++) T[p] = bq(w[p].negc);
+        for (int p = 0; p < NP; p++) T[p] = q6 ? bq(w[p].negc) : _mm512_setzero_si512();
 #pragma GCC unroll 8
         for (int u = 0; u < units; u += 2) {
             const int j0 = q6 ? u : gq_sub[u], j1 = q6 ? u + 1 : gq_sub[u + 1];
@@ -612,22 +555,20 @@ TERN_INLINE void gq_kernel_pairs(const gq_pair_t *pp, const uint8_t *xg, int64_t
             const int s0 = slices * u, s1 = s0 + slices; /* storage slices */
             __m512i d0[NP], d1[NP];
             {
-                const __m512i a0 = _mm512_permutexvar_epi32(dup, _mm512_loadu_si512(x0));
-                const __m512i a1 = _mm512_permutexvar_epi32(dup, _mm512_loadu_si512(x1));
+                const __m512i a0 = gq_act(x0, q6), a1 = gq_act(x1, q6);
 #pragma GCC unroll 4
                 for (int p = 0; p < NP; p++) {
-                    d0[p] = dp_q(_mm512_setzero_si512(), a0, w[p].w + GQ_PW_OFF(s0));
-                    d1[p] = dp_q(_mm512_setzero_si512(), a1, w[p].w + GQ_PW_OFF(s1));
+                    d0[p] = dp_pair(_mm512_setzero_si512(), a0, w[p].w + GQ_PW_OFF(s0), q6);
+                    d1[p] = dp_pair(_mm512_setzero_si512(), a1, w[p].w + GQ_PW_OFF(s1), q6);
                 }
             }
 #pragma GCC unroll 7
             for (int i = 1; i < slices; i++) {
-                const __m512i a0 = _mm512_permutexvar_epi32(dup, _mm512_loadu_si512(x0 + 64 * i));
-                const __m512i a1 = _mm512_permutexvar_epi32(dup, _mm512_loadu_si512(x1 + 64 * i));
+                const __m512i a0 = gq_act(x0 + 64 * i, q6), a1 = gq_act(x1 + 64 * i, q6);
 #pragma GCC unroll 4
                 for (int p = 0; p < NP; p++) {
-                    d0[p] = dp_q(d0[p], a0, w[p].w + GQ_PW_OFF(s0 + i));
-                    d1[p] = dp_q(d1[p], a1, w[p].w + GQ_PW_OFF(s1 + i));
+                    d0[p] = dp_pair(d0[p], a0, w[p].w + GQ_PW_OFF(s0 + i), q6);
+                    d1[p] = dp_pair(d1[p], a1, w[p].w + GQ_PW_OFF(s1 + i), q6);
                 }
             }
 #pragma GCC unroll 4
@@ -636,7 +577,7 @@ TERN_INLINE void gq_kernel_pairs(const gq_pair_t *pp, const uint8_t *xg, int64_t
                 T[p] = _mm512_add_epi32(T[p], _mm512_mullo_epi32(d1[p], bq(w[p].sc[j1])));
             }
         }
-        const __m512 DA = _mm512_permutexvar_ps(dup, _mm512_loadu_ps(x + GQ_ACT_D));
+        const __m512 DA = _mm512_loadu_ps(x + GQ_ACT_D);
         if (q6) {
 #pragma GCC unroll 4
             for (int p = 0; p < NP; p++)
@@ -646,7 +587,7 @@ TERN_INLINE void gq_kernel_pairs(const gq_pair_t *pp, const uint8_t *xg, int64_t
         }
         __m512i P[4];
 #pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) P[i] = _mm512_permutexvar_epi32(dup, _mm512_loadu_si512(x + GQ_ACT_P + 64 * i));
+        for (int i = 0; i < 4; i++) P[i] = _mm512_loadu_si512(x + GQ_ACT_P + 64 * i);
 #pragma GCC unroll 4
         for (int p = 0; p < NP; p++) {
             __m512i m = _mm512_dpwssd_epi32(_mm512_setzero_si512(), P[0], bq(w[p].mn[0]));
@@ -780,15 +721,15 @@ TERN_INLINE void gq_run(const kern_gemm_args_t *a, const void *wv, size_t row_by
                 const int64_t kc = nb - k0 < GQ_KC ? nb - k0 : GQ_KC;
                 for (int64_t g = 0; g < gn; g++) {
                     const uint8_t *xg = (const uint8_t *)a->xg + (size_t)(g0 + g) * a->xg_group + (size_t)k0 * GQ_ACT_SB;
-                    /* a group of at most 8 columns: 8 lanes */
+                    /* a group of at most 8 columns: prep's layout for them */
                     const bool half = a->n - (g0 + g) * GQ_LANES <= 8;
                     for (int64_t p = 0; p < np; p++) {
                         for (const uintptr_t e = pf + pf_step < pf_end ? pf + pf_step : pf_end; pf < e; pf += 64)
                             _mm_prefetch((const char *)pf, _MM_HINT_T1);
                         const gq_row_t *pw = dec + (p * nb + k0) * GQ_R;
                         if (half) {
-                            if (fmt == GQ_Q6K) gq_kernel8_q6(pw, xg, kc, st[p * gmax + g], k0 == 0);
-                            else gq_kernel8_affine(pw, xg, kc, st[p * gmax + g], k0 == 0);
+                            if (fmt == GQ_Q6K) gq_kernel_q6_dup(pw, xg, kc, st[p * gmax + g], k0 == 0);
+                            else gq_kernel_affine_dup(pw, xg, kc, st[p * gmax + g], k0 == 0);
                         } else {
                             if (fmt == GQ_Q6K) gq_kernel_q6(pw, xg, kc, st[p * gmax + g], k0 == 0);
                             else gq_kernel_affine(pw, xg, kc, st[p * gmax + g], k0 == 0);
@@ -803,9 +744,10 @@ TERN_INLINE void gq_run(const kern_gemm_args_t *a, const void *wv, size_t row_by
                     const int64_t rb = r0 + p * GQ_R;
                     const int nr = nrows - rb < GQ_R ? (int)(nrows - rb) : GQ_R;
                     const float(*out)[GQ_LANES] = st[p * gmax + g];
+                    const int lm = nc <= GQ_LANES / 2 ? 2 : 1; /* lane of column c: lm * c */
                     for (int c = 0; c < nc; c++) {
                         float *yc = y + (c0 + c) * ldy + rb;
-                        for (int r = 0; r < nr; r++) yc[r] = out[r][c];
+                        for (int r = 0; r < nr; r++) yc[r] = out[r][lm * c];
                     }
                 }
             }
