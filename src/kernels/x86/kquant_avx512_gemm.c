@@ -497,8 +497,90 @@ TERN_INLINE void gq_pair_from_rows(const gq_row_t *o0, const gq_row_t *o1, const
     o->dmin[0] = o0->dmin, o->dmin[1] = o1->dmin;
 }
 
+/* Q4_K / Q5_K block headers of 8 rows (blk[r]: d, dmin, scales[12]) into
+ * the sc, mn, d, dmin of 4 pairs, the 8 rows at once: lane r & 3 of X[r >> 2]
+ * holds row r's 16 header bytes, decoded by kquant_scales_k4's steps on
+ * dword vectors: Y = [u0, u2, u1, u2], Z = [-, u0, -, u1] per lane, then
+ * [sc0..3, sc4..7, m0..3, m4..7] = (Y & [3f, 0f, 3f, 0]) | ((Y >> 4) & [0, 0,
+ * 0, 0f]) | ((Z >> 2) & [0, 30, 0, 30]) (the same bytes). */
+#define GQH_Y 4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15
+#define GQH_Z 0, 0, 0, 0, 4, 5, 6, 7, 0, 0, 0, 0, 8, 9, 10, 11
+#define GQH_M1 0x3f3f3f3fu, 0x0f0f0f0fu, 0x3f3f3f3fu, 0
+#define GQH_M2 0, 0, 0, 0x0f0f0f0fu
+#define GQH_M3 0, 0x30303030u, 0, 0x30303030u
+static const v512_t g_gqh_y = {.b = {GQH_Y, GQH_Y, GQH_Y, GQH_Y}};
+static const v512_t g_gqh_z = {.b = {GQH_Z, GQH_Z, GQH_Z, GQH_Z}};
+static const v512_t g_gqh_m1 = {.d = {GQH_M1, GQH_M1, GQH_M1, GQH_M1}};
+static const v512_t g_gqh_m2 = {.d = {GQH_M2, GQH_M2, GQH_M2, GQH_M2}};
+static const v512_t g_gqh_m3 = {.d = {GQH_M3, GQH_M3, GQH_M3, GQH_M3}};
+/* Word selectors for the pair in lanes 2q, 2q + 1 of SC16 / MN16 (q = 0, 1;
+ * lane L = words 8L..8L+7): sc (permutex2var_epi16 on [SC16 | zero]): dword
+ * 2j + e = sc_j of row e as int32; mn (permutexvar_epi16 on MN16, lower 256
+ * bits): dword 2i + e = the int16 pair (m_2i, m_2i+1) of row e. */
+#define GQS_W(q, j, e) (8 * (2 * (q) + (e)) + (j)), 32
+#define GQS_J(q, j) GQS_W(q, j, 0), GQS_W(q, j, 1)
+#define GQS_IDX(q) {.h = {GQS_J(q, 0), GQS_J(q, 1), GQS_J(q, 2), GQS_J(q, 3), GQS_J(q, 4), GQS_J(q, 5), GQS_J(q, 6), GQS_J(q, 7)}}
+static const v512_t g_gqs_idx[2] = {GQS_IDX(0), GQS_IDX(1)};
+#define GQM_W(q, i, e) (8 * (2 * (q) + (e)) + 2 * (i)), (8 * (2 * (q) + (e)) + 2 * (i) + 1)
+#define GQM_I(q, i) GQM_W(q, i, 0), GQM_W(q, i, 1)
+#define GQM_IDX(q) {.h = {GQM_I(q, 0), GQM_I(q, 1), GQM_I(q, 2), GQM_I(q, 3), GQM_I(q, 0), GQM_I(q, 1), GQM_I(q, 2), GQM_I(q, 3)}}
+static const v512_t g_gqm_idx[2] = {GQM_IDX(0), GQM_IDX(1)};
+/* [d(2p), d(2p + 1), dmin(2p), dmin(2p + 1)] in words 4p..4p+3 from X[0]
+ * (words 0..31) and X[1] (32..63): row r's d is word 8 (r & 3) + 32 (r >> 2),
+ * dmin the next. */
+#define GQD_R(r) (8 * ((r) & 3) + 32 * ((r) >> 2))
+#define GQD_P(p) GQD_R(2 * (p)), GQD_R(2 * (p) + 1), GQD_R(2 * (p)) + 1, GQD_R(2 * (p) + 1) + 1
+static const v512_t g_gqd_idx = {.h = {GQD_P(0), GQD_P(1), GQD_P(2), GQD_P(3), GQD_P(0), GQD_P(1), GQD_P(2), GQD_P(3)}};
+
+TERN_INLINE void gq_pair_hdr_affine(const char *const blk[GQ_R], gq_pair_t *o) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i X[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i x = _mm512_castsi128_si512(loadu128(blk[4 * h]));
+        x = _mm512_inserti32x4(x, loadu128(blk[4 * h + 1]), 1);
+        x = _mm512_inserti32x4(x, loadu128(blk[4 * h + 2]), 2);
+        X[h] = _mm512_inserti32x4(x, loadu128(blk[4 * h + 3]), 3);
+        const __m512i Y = _mm512_shuffle_epi8(X[h], g_gqh_y.v), Z = _mm512_shuffle_epi8(X[h], g_gqh_z.v);
+        __m512i scm = _mm512_and_si512(Y, g_gqh_m1.v);
+        scm = or_and(scm, _mm512_srli_epi32(Y, 4), g_gqh_m2.v);
+        scm = or_and(scm, _mm512_srli_epi32(Z, 2), g_gqh_m3.v);
+        const __m512i SC16 = _mm512_unpacklo_epi8(scm, zero), MN16 = _mm512_unpackhi_epi8(scm, zero);
+#pragma GCC unroll 2
+        for (int q = 0; q < 2; q++) {
+            gq_pair_t *op = o + 2 * h + q;
+            _mm512_storeu_si512(op->sc, _mm512_permutex2var_epi16(SC16, g_gqs_idx[q].v, zero));
+            _mm256_storeu_si256((__m256i *)op->mn, _mm512_castsi512_si256(_mm512_permutexvar_epi16(g_gqm_idx[q].v, MN16)));
+        }
+    }
+    const __m512 DD = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(X[0], g_gqd_idx.v, X[1])));
+    _mm_storeu_ps(o[0].d, _mm512_castps512_ps128(DD));
+    _mm_storeu_ps(o[1].d, _mm512_extractf32x4_ps(DD, 1));
+    _mm_storeu_ps(o[2].d, _mm512_extractf32x4_ps(DD, 2));
+    _mm_storeu_ps(o[3].d, _mm512_extractf32x4_ps(DD, 3));
+}
+
 /* Super-block b of GQ_R rows (blk[r]) into GQ_R / 2 pairs. */
 TERN_INLINE void gq_decode_panel_pairs(const char *const blk[GQ_R], gq_pair_t *o, const int fmt) {
+    if (fmt != GQ_Q6K) { /* Q4_K / Q5_K: the weights, the headers at once (no negc: see dp_pair) */
+        const size_t qs_off = fmt == GQ_Q5K ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+#pragma GCC unroll 4
+        for (int p = 0; p < GQ_R / 2; p++) {
+            __m512i q[2][4];
+#pragma GCC unroll 2
+            for (int e = 0; e < 2; e++) {
+                const uint8_t *b = (const uint8_t *)blk[2 * p + e];
+                affine_unpack(b + qs_off, fmt == GQ_Q5K ? b + offsetof(block_q5_K, qh) : NULL, q[e]);
+            }
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                _mm512_storeu_si512(o[p].w + 128 * v, _mm512_unpacklo_epi32(q[0][v], q[1][v]));
+                _mm512_storeu_si512(o[p].w + 128 * v + 64, _mm512_unpackhi_epi32(q[0][v], q[1][v]));
+            }
+        }
+        gq_pair_hdr_affine(blk, o);
+        return;
+    }
     __m512i cs[GQ_R];
     gq_row_t tmp[2];
 #pragma GCC unroll 4
@@ -511,7 +593,6 @@ TERN_INLINE void gq_decode_panel_pairs(const char *const blk[GQ_R], gq_pair_t *o
                                 : gq_decode_affine_cs((const uint8_t *)blk[2 * p + e], tmp + e, fmt == GQ_Q5K, q[e]);
         gq_pair_from_rows(tmp, tmp + 1, q[0], q[1], o + p, fmt == GQ_Q6K);
     }
-    if (fmt != GQ_Q6K) return; /* Q4_K / Q5_K pairs need no offset correction (dp_pair) */
     int32_t negc[GQ_R];
     _mm256_storeu_si256((__m256i *)negc, _mm256_mullo_epi32(reduce8_epi32(cs), _mm256_set1_epi32(-128)));
 #pragma GCC unroll 4
