@@ -234,7 +234,7 @@ static const v512_t g_gq_scb6[2][2] = {{{.b = {B16(0), B16(1), B16(2), B16(3)}},
 
 /* One Q4_K (q5 = 0) / Q5_K block of one row into o, all but negc; returns
  * the vector whose lane total is sum_j sc_j * (sum of sub-block j's weights). */
-TERN_INLINE __m512i gq_decode_affine_cs(const uint8_t *blk, gq_row_t *o, const int q5, __m512i *qo) {
+TERN_INLINE __m512i gq_decode_affine_cs(const uint8_t *blk, gq_row_t *o, const int q5) {
     uint64_t sc8, m8;
     kquant_scales_k4(blk + offsetof(block_q4_K, scales), &sc8, &m8);
     __m512i q[4];
@@ -246,8 +246,7 @@ TERN_INLINE __m512i gq_decode_affine_cs(const uint8_t *blk, gq_row_t *o, const i
     __m512i cs = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
-        if (qo) qo[v] = q[v];
-        else _mm512_storeu_si512(o->w + 64 * v, q[v]);
+        _mm512_storeu_si512(o->w + 64 * v, q[v]);
         cs = _mm512_dpbusd_epi32(cs, q[v], _mm512_shuffle_epi8(scb, g_gq_scb[v >> 1][v & 1].v));
     }
     _mm256_storeu_si256((__m256i *)o->sc, _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8)));
@@ -262,12 +261,12 @@ TERN_INLINE __m512i gq_decode_affine_cs(const uint8_t *blk, gq_row_t *o, const i
 
 /* One Q4_K (q5 = 0) / Q5_K block of one row into o. */
 static void gq_decode_affine(const uint8_t *blk, gq_row_t *o, const int q5) {
-    o->negc = -128 * hsum_epi32(gq_decode_affine_cs(blk, o, q5, NULL));
+    o->negc = -128 * hsum_epi32(gq_decode_affine_cs(blk, o, q5));
 }
 
 /* One Q6_K block of one row into o, all but negc; returns the vector whose
  * lane total is sum_j sc_j * sum_{i in j} (q_i - 32). */
-TERN_INLINE __m512i gq_decode_q6_cs(const block_q6_K *w, gq_row_t *o, __m512i *qo) {
+TERN_INLINE __m512i gq_decode_q6_cs(const block_q6_K *w, gq_row_t *o) {
     __m512i q[4];
     q6k_unpack(w, q);
     const __m128i sc = loadu128(w->scales);
@@ -276,8 +275,7 @@ TERN_INLINE __m512i gq_decode_q6_cs(const block_q6_K *w, gq_row_t *o, __m512i *q
     __m512i cs = _mm512_setzero_si512();
 #pragma GCC unroll 4
     for (int v = 0; v < 4; v++) {
-        if (qo) qo[v] = _mm512_sub_epi8(q[v], m32);
-        else _mm512_storeu_si512(o->w + 64 * v, _mm512_sub_epi8(q[v], m32));
+        _mm512_storeu_si512(o->w + 64 * v, _mm512_sub_epi8(q[v], m32));
         cs = _mm512_dpbusd_epi32(cs, q[v], _mm512_shuffle_epi8(scx, g_gq_scb6[v >> 1][v & 1].v));
     }
     /* sum_j sc_j * sum_{i in j} (q_i - 32) = sum_j sc_j * sum q_i - 512 * sum_j sc_j: one reduction of
@@ -292,7 +290,7 @@ TERN_INLINE __m512i gq_decode_q6_cs(const block_q6_K *w, gq_row_t *o, __m512i *q
 
 /* One Q6_K block of one row into o. */
 static void gq_decode_q6(const block_q6_K *w, gq_row_t *o) {
-    o->negc = -128 * hsum_epi32(gq_decode_q6_cs(w, o, NULL));
+    o->negc = -128 * hsum_epi32(gq_decode_q6_cs(w, o));
 }
 
 /* Lane r (0..7) of the result = the total of the 16 int32 lanes of c[r]
@@ -435,8 +433,8 @@ TERN_INLINE void gq_decode_panel(const char *const blk[GQ_R], gq_row_t *o, const
     __m512i cs[GQ_R];
 #pragma GCC unroll 8
     for (int r = 0; r < GQ_R; r++)
-        cs[r] = fmt == GQ_Q6K ? gq_decode_q6_cs((const block_q6_K *)blk[r], o + r, NULL)
-                              : gq_decode_affine_cs((const uint8_t *)blk[r], o + r, fmt == GQ_Q5K, NULL);
+        cs[r] = fmt == GQ_Q6K ? gq_decode_q6_cs((const block_q6_K *)blk[r], o + r)
+                              : gq_decode_affine_cs((const uint8_t *)blk[r], o + r, fmt == GQ_Q5K);
     int32_t negc[GQ_R];
     _mm256_storeu_si256((__m256i *)negc, _mm256_mullo_epi32(reduce8_epi32(cs), _mm256_set1_epi32(-128)));
 #pragma GCC unroll 8
@@ -468,34 +466,6 @@ _Static_assert(sizeof(gq_pair_t) <= 2 * sizeof(gq_row_t), "a pair fits the scrat
  * s = storage slice (dword) 0..63 of gq_row_t.w: chunk v = s / 16 of 64
  * bytes is stored as unpacklo_epi32(row 0, row 1), unpackhi_epi32(...). */
 #define GQ_PW_OFF(s) (128 * ((s) / 16) + 64 * (((s) % 4) >= 2) + 16 * (((s) % 16) / 4) + 8 * ((s) % 2))
-
-/* Rows 2p, 2p + 1 into a pair: o0, o1 as decoded (all but w), q0, q1 their
- * weight vectors (gq_row_t.w). */
-TERN_INLINE void gq_pair_from_rows(const gq_row_t *o0, const gq_row_t *o1, const __m512i q0[4], const __m512i q1[4],
-                                   gq_pair_t *o, const bool q6) {
-#pragma GCC unroll 4
-    for (int v = 0; v < 4; v++) {
-        _mm512_storeu_si512(o->w + 128 * v, _mm512_unpacklo_epi32(q0[v], q1[v]));
-        _mm512_storeu_si512(o->w + 128 * v + 64, _mm512_unpackhi_epi32(q0[v], q1[v]));
-    }
-    if (q6) {
-        const __m512i a = _mm512_loadu_si512(o0->sc), b = _mm512_loadu_si512(o1->sc);
-        const __m512i lo = _mm512_unpacklo_epi32(a, b), hi = _mm512_unpackhi_epi32(a, b);
-        /* lane L: lo = sc[4L], sc[4L + 1] pairs; hi = sc[4L + 2], sc[4L + 3] */
-        _mm512_storeu_si512(o->sc, _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi));
-        _mm512_storeu_si512(o->sc[8], _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), hi));
-    } else {
-        const __m256i a = _mm256_loadu_si256((const __m256i *)o0->sc), b = _mm256_loadu_si256((const __m256i *)o1->sc);
-        const __m256i lo = _mm256_unpacklo_epi32(a, b), hi = _mm256_unpackhi_epi32(a, b);
-        _mm256_storeu_si256((__m256i *)o->sc, _mm256_permute2x128_si256(lo, hi, 0x20));
-        _mm256_storeu_si256((__m256i *)o->sc[4], _mm256_permute2x128_si256(lo, hi, 0x31));
-        const __m128i ma = _mm_loadu_si128((const __m128i *)o0->mn), mb = _mm_loadu_si128((const __m128i *)o1->mn);
-        _mm_storeu_si128((__m128i *)o->mn, _mm_unpacklo_epi32(ma, mb));
-        _mm_storeu_si128((__m128i *)o->mn[2], _mm_unpackhi_epi32(ma, mb));
-    }
-    o->d[0] = o0->d, o->d[1] = o1->d;
-    o->dmin[0] = o0->dmin, o->dmin[1] = o1->dmin;
-}
 
 /* Q4_K / Q5_K block headers of 8 rows (blk[r]: d, dmin, scales[12]) into
  * the sc, mn, d, dmin of 4 pairs, the 8 rows at once: lane r & 3 of X[r >> 2]
@@ -581,17 +551,37 @@ TERN_INLINE void gq_decode_panel_pairs(const char *const blk[GQ_R], gq_pair_t *o
         gq_pair_hdr_affine(blk, o);
         return;
     }
+    /* Q6_K: as gq_decode_q6, two rows at a time, straight into the pair */
+    const __m512i m32 = _mm512_set1_epi8(32);
     __m512i cs[GQ_R];
-    gq_row_t tmp[2];
 #pragma GCC unroll 4
     for (int p = 0; p < GQ_R / 2; p++) {
-        __m512i q[2][4];
+        __m512i q[2][4], sc32[2];
 #pragma GCC unroll 2
-        for (int e = 0; e < 2; e++)
-            cs[2 * p + e] = fmt == GQ_Q6K
-                                ? gq_decode_q6_cs((const block_q6_K *)blk[2 * p + e], tmp + e, q[e])
-                                : gq_decode_affine_cs((const uint8_t *)blk[2 * p + e], tmp + e, fmt == GQ_Q5K, q[e]);
-        gq_pair_from_rows(tmp, tmp + 1, q[0], q[1], o + p, fmt == GQ_Q6K);
+        for (int e = 0; e < 2; e++) {
+            const block_q6_K *w = (const block_q6_K *)blk[2 * p + e];
+            q6k_unpack(w, q[e]);
+            const __m128i sc = loadu128(w->scales);
+            const __m512i scx = _mm512_broadcast_i32x4(sc);
+            __m512i c = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                c = _mm512_dpbusd_epi32(c, q[e][v], _mm512_shuffle_epi8(scx, g_gq_scb6[v >> 1][v & 1].v));
+                q[e][v] = _mm512_sub_epi8(q[e][v], m32);
+            }
+            sc32[e] = _mm512_cvtepi8_epi32(sc);
+            cs[2 * p + e] = _mm512_sub_epi32(c, _mm512_slli_epi32(sc32[e], 9));
+            o[p].d[e] = _cvtsh_ss(w->d);
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            _mm512_storeu_si512(o[p].w + 128 * v, _mm512_unpacklo_epi32(q[0][v], q[1][v]));
+            _mm512_storeu_si512(o[p].w + 128 * v + 64, _mm512_unpackhi_epi32(q[0][v], q[1][v]));
+        }
+        const __m512i lo = _mm512_unpacklo_epi32(sc32[0], sc32[1]), hi = _mm512_unpackhi_epi32(sc32[0], sc32[1]);
+        /* lane L: lo = sc[4L], sc[4L + 1] pairs; hi = sc[4L + 2], sc[4L + 3] */
+        _mm512_storeu_si512(o[p].sc, _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi));
+        _mm512_storeu_si512(o[p].sc[8], _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), hi));
     }
     int32_t negc[GQ_R];
     _mm256_storeu_si256((__m256i *)negc, _mm256_mullo_epi32(reduce8_epi32(cs), _mm256_set1_epi32(-128)));
