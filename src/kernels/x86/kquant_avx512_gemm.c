@@ -530,6 +530,52 @@ TERN_INLINE void gq_pair_hdr_affine(const char *const blk[GQ_R], gq_pair_t *o) {
     _mm_storeu_ps(o[3].d, _mm512_extractf32x4_ps(DD, 3));
 }
 
+/* gq_decode_panel for Q4_K / Q5_K with the 8 rows' headers decoded
+ * together (as gq_pair_hdr_affine) instead of kquant_scales_k4 per row:
+ * the same gq_row_t bytes. */
+static const v512_t g_gqr_d_idx = {.h = {0, 1, 8, 9, 16, 17, 24, 25}};
+TERN_INLINE void gq_decode_panel_affine(const char *const blk[GQ_R], gq_row_t *o, const int q5) {
+    const __m512i zero = _mm512_setzero_si512();
+    const size_t qs_off = q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+    __m512i cs[GQ_R];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i X = _mm512_castsi128_si512(loadu128(blk[4 * h]));
+        X = _mm512_inserti32x4(X, loadu128(blk[4 * h + 1]), 1);
+        X = _mm512_inserti32x4(X, loadu128(blk[4 * h + 2]), 2);
+        X = _mm512_inserti32x4(X, loadu128(blk[4 * h + 3]), 3);
+        const __m512i Y = _mm512_shuffle_epi8(X, g_gqh_y.v), Z = _mm512_shuffle_epi8(X, g_gqh_z.v);
+        __m512i scm = _mm512_and_si512(Y, g_gqh_m1.v);
+        scm = or_and(scm, _mm512_srli_epi32(Y, 4), g_gqh_m2.v);
+        scm = or_and(scm, _mm512_srli_epi32(Z, 2), g_gqh_m3.v); /* lane L: sc0..7, m0..7 of row 4h + L */
+        const __m512i MN16 = _mm512_unpackhi_epi8(scm, zero);
+        const __m256 DD = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(g_gqr_d_idx.v, X)));
+#pragma GCC unroll 4
+        for (int L = 0; L < 4; L++) {
+            const int r = 4 * h + L;
+            const uint8_t *b = (const uint8_t *)blk[r];
+            __m512i q[4];
+            affine_unpack(b + qs_off, q5 ? b + offsetof(block_q5_K, qh) : NULL, q);
+            const __m512i scb = _mm512_permutexvar_epi64(_mm512_set1_epi64(2 * L), scm); /* sc0..7 in every qword */
+            __m512i c = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                _mm512_storeu_si512(o[r].w + 64 * v, q[v]);
+                c = _mm512_dpbusd_epi32(c, q[v], _mm512_shuffle_epi8(scb, g_gq_scb[v >> 1][v & 1].v));
+            }
+            cs[r] = c;
+            _mm256_storeu_si256((__m256i *)o[r].sc, _mm256_cvtepu8_epi32(_mm512_castsi512_si128(scb)));
+            _mm_storeu_si128((__m128i *)o[r].mn, _mm512_extracti32x4_epi32(MN16, L));
+            _mm_storel_pi((__m64 *)&o[r].d, L & 1 ? _mm_movehl_ps(_mm_setzero_ps(), L < 2 ? _mm256_castps256_ps128(DD) : _mm256_extractf128_ps(DD, 1))
+                                                  : (L < 2 ? _mm256_castps256_ps128(DD) : _mm256_extractf128_ps(DD, 1)));
+        }
+    }
+    int32_t negc[GQ_R];
+    _mm256_storeu_si256((__m256i *)negc, _mm256_mullo_epi32(reduce8_epi32(cs), _mm256_set1_epi32(-128)));
+#pragma GCC unroll 8
+    for (int r = 0; r < GQ_R; r++) o[r].negc = negc[r];
+}
+
 /* Super-block b of GQ_R rows (blk[r]) into GQ_R / 2 pairs. */
 TERN_INLINE void gq_decode_panel_pairs(const char *const blk[GQ_R], gq_pair_t *o, const int fmt) {
     if (fmt != GQ_Q6K) { /* Q4_K / Q5_K: the weights, the headers at once (no negc: see dp_pair) */
@@ -719,7 +765,8 @@ TERN_INLINE void gq_run_fused(const kern_gemm_args_t *a, const char *w, size_t r
                 if (half) {
                     gq_decode_panel_pairs(blk, pairs + b * (GQ_R / 2), fmt);
                 } else {
-                    gq_decode_panel(blk, dec + b * GQ_R, fmt);
+                    if (fmt == GQ_Q6K) gq_decode_panel(blk, dec + b * GQ_R, fmt);
+                    else gq_decode_panel_affine(blk, dec + b * GQ_R, fmt == GQ_Q5K);
                 }
             }
             const uint8_t *xg = (const uint8_t *)a->xg + (size_t)k0 * GQ_ACT_SB;
