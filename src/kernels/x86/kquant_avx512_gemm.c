@@ -15,7 +15,11 @@
  *   [GQ_ACT_P]  4 vectors; dword c of vector i = (S_2i, S_2i+1) of column c
  *               as an int16 pair, S_j = bsums[2j] + bsums[2j+1];
  *   [GQ_ACT_D]  the 16 columns' da.
- * Lanes of missing columns (a partial group) are zero.
+ * Lanes of missing columns (a partial group) are zero. A group of at most
+ * 8 columns is laid out for the row-pair kernel instead: lanes 2c and 2c + 1
+ * both hold column c (QS, P and D alike) and QS holds the activations as
+ * they are (no + 128); gq_kernel reads it with the offset applied on load
+ * (each column then computed in two lanes), gq_kernel_pairs as it is.
  * run (per thread, on a chunk of rows) loops over
  *   column blocks (up to gq_gmax groups, whose activations stay in L2)
  *     row blocks (up to gq_mc rows, decoded into per-thread scratch: one
@@ -41,16 +45,20 @@
  * broadcasting unsigned weights into a register (one fused uop per vpdpbusd
  * instead of two); the sub-block scale cannot go through vpdpwssd because a sub-block
  * sum does not fit int16, so it costs one vpmulld per row and sub-block.
- * A group of at most 8 columns runs the micro-kernel on 8 lanes (ymm, the
- * lower half of each prep vector; gq_kernel8): the same steps per lane, at
- * half the cost of 16 lanes on Zen 4, where a 512-bit vpdpbusd takes two
- * passes (measured: `tern bench kernels --gemm-n`).
  * Up to 16 columns (one group: batched decode) run fuses the decode with
  * the compute (gq_run_fused): a panel of GQ_R far-apart rows is decoded
- * GQ_KC super-blocks at a time into L1 and the micro-kernel (8 lanes up to
- * 8 columns) runs on it at once, no row block through L2. It replaced the
- * matvec tiles for 5-6 (Q6_K 5-8) columns and the row-block path for 7-16
- * (measured: docs/PERF.md).
+ * GQ_KC super-blocks at a time into L1 and the micro-kernel runs on it at
+ * once, no row block through L2 (it replaced the matvec tiles for 5-6
+ * (Q6_K 5-8) columns and the row-block path for 7-16, measured:
+ * docs/PERF.md). 9-16 columns run gq_kernel there, the panel's offset
+ * corrections (negc) from one transposing reduction of its 8 rows. Up to
+ * 8 columns the panel is decoded as row pairs and gq_kernel_pairs puts two
+ * rows in one 512-bit vector (lane 2c + e: row 2p + e, column c), since a
+ * 256-bit vpdpbusd issues no faster than a 512-bit one here (the former
+ * 8-lane kernel took as long at 8 columns as gq_kernel at 16); the weight
+ * operand is the pair's qword broadcast into a register, so Q4_K / Q5_K
+ * take the weights as the unsigned operand against the raw activations and
+ * need no offset correction (Q6_K keeps the +128 form and negc).
  * Bounds of the offset form: per sub-block |sum q_i (a_i + 128)| <= 32 * 31 *
  * 255 (Q6_K: 16 * 32 * 255), scaled and summed over the super-block below
  * 2^29, the correction likewise.
@@ -169,30 +177,35 @@ static void gq_prep(int64_t k, const void *xav, size_t st, int ncols, void *xgv)
     const char *xa = xav;
     uint8_t *xg = xgv;
     const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const bool dup = ncols <= GQ_LANES / 2; /* the layout for at most 8 columns (see the header) */
     for (int64_t b = 0; b < k / QK_K; b++) {
         uint8_t *o = xg + (size_t)b * GQ_ACT_SB;
         for (int q = 0; q < 4; q++) {
             __m512i r[16];
-            for (int c = 0; c < GQ_LANES; c++)
-                r[c] = c < ncols ? _mm512_xor_si512(loadu512(act_at(xa, st, c, b)->qs + 64 * q), bias)
-                                 : _mm512_setzero_si512();
+            for (int l = 0; l < GQ_LANES; l++) {
+                const int c = dup ? l >> 1 : l;
+                r[l] = c >= ncols ? _mm512_setzero_si512()
+                       : dup      ? loadu512(act_at(xa, st, c, b)->qs + 64 * q)
+                                  : _mm512_xor_si512(loadu512(act_at(xa, st, c, b)->qs + 64 * q), bias);
+            }
             transpose16(r);
             for (int i = 0; i < 16; i++) _mm512_storeu_si512(o + GQ_ACT_QS + 64 * (16 * q + i), r[i]);
         }
         uint32_t P[4][GQ_LANES];
         float D[GQ_LANES];
-        for (int c = 0; c < GQ_LANES; c++) {
+        for (int l = 0; l < GQ_LANES; l++) {
+            const int c = dup ? l >> 1 : l;
             if (c >= ncols) {
-                for (int i = 0; i < 4; i++) P[i][c] = 0;
-                D[c] = 0.0f;
+                for (int i = 0; i < 4; i++) P[i][l] = 0;
+                D[l] = 0.0f;
                 continue;
             }
             const block_q8_K *a = act_at(xa, st, c, b);
             for (int i = 0; i < 4; i++) {
                 const int s0 = a->bsums[4 * i] + a->bsums[4 * i + 1], s1 = a->bsums[4 * i + 2] + a->bsums[4 * i + 3];
-                P[i][c] = (uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16;
+                P[i][l] = (uint32_t)(uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16;
             }
-            D[c] = a->d;
+            D[l] = a->d;
         }
         memcpy(o + GQ_ACT_P, P, sizeof P);
         memcpy(o + GQ_ACT_D, D, sizeof D);
@@ -219,8 +232,9 @@ static const v512_t g_gq_scb6[2][2] = {{{.b = {B16(0), B16(1), B16(2), B16(3)}},
                                        {{.b = {B16(8), B16(9), B16(10), B16(11)}},
                                         {.b = {B16(12), B16(13), B16(14), B16(15)}}}};
 
-/* One Q4_K (q5 = 0) / Q5_K block of one row into o. */
-static void gq_decode_affine(const uint8_t *blk, gq_row_t *o, const int q5) {
+/* One Q4_K (q5 = 0) / Q5_K block of one row into o, all but negc; returns
+ * the vector whose lane total is sum_j sc_j * (sum of sub-block j's weights). */
+TERN_INLINE __m512i gq_decode_affine_cs(const uint8_t *blk, gq_row_t *o, const int q5) {
     uint64_t sc8, m8;
     kquant_scales_k4(blk + offsetof(block_q4_K, scales), &sc8, &m8);
     __m512i q[4];
@@ -235,7 +249,6 @@ static void gq_decode_affine(const uint8_t *blk, gq_row_t *o, const int q5) {
         _mm512_storeu_si512(o->w + 64 * v, q[v]);
         cs = _mm512_dpbusd_epi32(cs, q[v], _mm512_shuffle_epi8(scb, g_gq_scb[v >> 1][v & 1].v));
     }
-    o->negc = -128 * hsum_epi32(cs);
     _mm256_storeu_si256((__m256i *)o->sc, _mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8)));
     _mm_storeu_si128((__m128i *)o->mn, _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)m8)));
     fp16_t hd, hm;
@@ -243,10 +256,17 @@ static void gq_decode_affine(const uint8_t *blk, gq_row_t *o, const int q5) {
     memcpy(&hm, blk + sizeof hd, sizeof hm);
     o->d = _cvtsh_ss(hd);
     o->dmin = _cvtsh_ss(hm);
+    return cs;
 }
 
-/* One Q6_K block of one row into o. */
-static void gq_decode_q6(const block_q6_K *w, gq_row_t *o) {
+/* One Q4_K (q5 = 0) / Q5_K block of one row into o. */
+static void gq_decode_affine(const uint8_t *blk, gq_row_t *o, const int q5) {
+    o->negc = -128 * hsum_epi32(gq_decode_affine_cs(blk, o, q5));
+}
+
+/* One Q6_K block of one row into o, all but negc; returns the vector whose
+ * lane total is sum_j sc_j * sum_{i in j} (q_i - 32). */
+TERN_INLINE __m512i gq_decode_q6_cs(const block_q6_K *w, gq_row_t *o) {
     __m512i q[4];
     q6k_unpack(w, q);
     const __m128i sc = loadu128(w->scales);
@@ -261,12 +281,40 @@ static void gq_decode_q6(const block_q6_K *w, gq_row_t *o) {
     /* sum_j sc_j * sum_{i in j} (q_i - 32) = sum_j sc_j * sum q_i - 512 * sum_j sc_j: one reduction of
      * cs - 512 * sc (exact: every lane and partial sum stays far below 2^31) */
     const __m512i sc32 = _mm512_cvtepi8_epi32(sc);
-    o->negc = -128 * hsum_epi32(_mm512_sub_epi32(cs, _mm512_slli_epi32(sc32, 9)));
     _mm512_storeu_si512(o->sc, sc32);
     memset(o->mn, 0, sizeof o->mn);
     o->d = _cvtsh_ss(w->d);
     o->dmin = 0.0f;
+    return _mm512_sub_epi32(cs, _mm512_slli_epi32(sc32, 9));
 }
+
+/* One Q6_K block of one row into o. */
+static void gq_decode_q6(const block_q6_K *w, gq_row_t *o) {
+    o->negc = -128 * hsum_epi32(gq_decode_q6_cs(w, o));
+}
+
+/* Lane r (0..7) of the result = the total of the 16 int32 lanes of c[r]
+ * (exact: integer adds in another order), one transposing reduction for 8
+ * vectors instead of 8 horizontal sums. */
+TERN_INLINE __m256i reduce8_epi32(const __m512i c[8]) {
+    __m512i p[4], q[2];
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) /* per 128-bit lane: [c2i, c2i+1, c2i, c2i+1] partials */
+        p[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(c[2 * i], c[2 * i + 1]),
+                                _mm512_unpackhi_epi32(c[2 * i], c[2 * i + 1]));
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++) /* per 128-bit lane: [c4i .. c4i+3] partials */
+        q[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(p[2 * i], p[2 * i + 1]),
+                                _mm512_unpackhi_epi64(p[2 * i], p[2 * i + 1]));
+    /* lanes: [c0..3, c0..3, c4..7, c4..7] partials, then totals */
+    const __m512i x = _mm512_add_epi32(_mm512_shuffle_i32x4(q[0], q[1], 0x44), _mm512_shuffle_i32x4(q[0], q[1], 0xEE));
+    const __m512i y = _mm512_add_epi32(x, _mm512_shuffle_i32x4(x, x, 0xB1));
+    return _mm512_castsi512_si256(_mm512_shuffle_i32x4(y, y, 0x08));
+}
+
+/* Super-block b of GQ_R rows (blk[r]) into o[0..GQ_R-1]: the decodes above,
+ * with the rows' negc from one reduction. */
+TERN_INLINE void gq_decode_panel(const char *const blk[GQ_R], gq_row_t *o, const int fmt);
 
 /* acc + vpdpbusd(a, the dword at p broadcast), with the broadcast embedded
  * in the instruction (one fused uop; compilers load it separately). dp0
@@ -297,7 +345,8 @@ TERN_INLINE __m512i muladd_bcast(__m512i t, __m512i d, const int32_t *p) {
  * 8 sub-blocks of 32 (8 k-slices each, stored in gq_sub order, with mins).
  * Inlined with a constant q6 into the two kernels below. */
 TERN_INLINE void gq_kernel(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first,
-                         const bool q6) {
+                         const bool q6, const bool raw) {
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
     const int units = q6 ? 16 : 8, slices = q6 ? 4 : 8; /* per unit: 4 * slices weight bytes */
     __m512 acc[GQ_R];
 #pragma GCC unroll 8
@@ -315,7 +364,8 @@ TERN_INLINE void gq_kernel(const gq_row_t *pw, const uint8_t *xg, int64_t nb, fl
             const int o0 = 4 * slices * u, o1 = o0 + 4 * slices;
             __m512i d0[GQ_R], d1[GQ_R];
             {
-                const __m512i a0 = _mm512_loadu_si512(x0), a1 = _mm512_loadu_si512(x1);
+                __m512i a0 = _mm512_loadu_si512(x0), a1 = _mm512_loadu_si512(x1);
+                if (raw) a0 = _mm512_xor_si512(a0, bias), a1 = _mm512_xor_si512(a1, bias);
 #pragma GCC unroll 8
                 for (int r = 0; r < GQ_R; r++) {
                     d0[r] = dp0_bcast(a0, w[r].w + o0);
@@ -324,7 +374,8 @@ TERN_INLINE void gq_kernel(const gq_row_t *pw, const uint8_t *xg, int64_t nb, fl
             }
 #pragma GCC unroll 7
             for (int i = 1; i < slices; i++) {
-                const __m512i a0 = _mm512_loadu_si512(x0 + 64 * i), a1 = _mm512_loadu_si512(x1 + 64 * i);
+                __m512i a0 = _mm512_loadu_si512(x0 + 64 * i), a1 = _mm512_loadu_si512(x1 + 64 * i);
+                if (raw) a0 = _mm512_xor_si512(a0, bias), a1 = _mm512_xor_si512(a1, bias);
 #pragma GCC unroll 8
                 for (int r = 0; r < GQ_R; r++) {
                     d0[r] = dp_bcast(d0[r], a0, w[r].w + o0 + 4 * i);
@@ -359,101 +410,322 @@ TERN_INLINE void gq_kernel(const gq_row_t *pw, const uint8_t *xg, int64_t nb, fl
 #pragma GCC unroll 8
     for (int r = 0; r < GQ_R; r++) _mm512_store_ps(st[r], acc[r]);
 }
-/* The same for 8 lanes (ymm): a group of at most 8 columns uses the lower
- * halves of prep's vectors (lane c = column c) at half the cost of 16 lanes
- * on Zen 4 (a 512-bit vpdpbusd takes two passes, a 256-bit one one). */
-TERN_INLINE __m256i dp_bcast8(__m256i acc, __m256i a, const void *p) {
-    __asm__("vpdpbusd %2%{1to8%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*(const int32_t *)p));
-    return acc;
+static void gq_kernel_affine(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
+    gq_kernel(pw, xg, nb, st, first, false, false);
 }
-TERN_INLINE __m256i dp0_bcast8(__m256i a, const void *p) {
-    __m256i acc;
-    __asm__("vpxord %0, %0, %0\n\tvpdpbusd %2%{1to8%}, %1, %0" : "=&v"(acc) : "v"(a), "m"(*(const int32_t *)p));
-    return acc;
+static void gq_kernel_q6(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
+    gq_kernel(pw, xg, nb, st, first, true, false);
 }
-TERN_INLINE __m256i muladd_bcast8(__m256i t, __m256i d, const int32_t *p) {
-    __asm__("vpmulld %2%{1to8%}, %1, %1\n\tvpaddd %1, %0, %0" : "+v"(t), "+v"(d) : "m"(*p));
-    return t;
+/* On the layout of at most 8 columns (a last group of gq_run): every
+ * column in two lanes, computed twice. */
+static void gq_kernel_affine_dup(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES],
+                                 int first) {
+    gq_kernel(pw, xg, nb, st, first, false, true);
+}
+static void gq_kernel_q6_dup(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
+    gq_kernel(pw, xg, nb, st, first, true, true);
 }
 
-/* gq_kernel on 8 lanes (columns 0..7 of the group): the same steps per lane. */
-TERN_INLINE void gq_kernel8(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first,
-                         const bool q6) {
-    const int units = q6 ? 16 : 8, slices = q6 ? 4 : 8; /* per unit: 4 * slices weight bytes */
-    __m256 acc[GQ_R];
+enum { GQ_Q4K, GQ_Q5K, GQ_Q6K };
+
+TERN_INLINE void gq_decode_panel(const char *const blk[GQ_R], gq_row_t *o, const int fmt) {
+    _Static_assert(GQ_R == 8, "reduce8_epi32 serves 8 rows");
+    __m512i cs[GQ_R];
 #pragma GCC unroll 8
-    for (int r = 0; r < GQ_R; r++) acc[r] = first ? _mm256_setzero_ps() : _mm256_load_ps(st[r]);
+    for (int r = 0; r < GQ_R; r++)
+        cs[r] = fmt == GQ_Q6K ? gq_decode_q6_cs((const block_q6_K *)blk[r], o + r)
+                              : gq_decode_affine_cs((const uint8_t *)blk[r], o + r, fmt == GQ_Q5K);
+    int32_t negc[GQ_R];
+    _mm256_storeu_si256((__m256i *)negc, _mm256_mullo_epi32(reduce8_epi32(cs), _mm256_set1_epi32(-128)));
+#pragma GCC unroll 8
+    for (int r = 0; r < GQ_R; r++) o[r].negc = negc[r];
+}
+
+/* ---- Row pairs: up to 8 columns on 16 lanes -------------------------------
+ *
+ * With at most 8 columns the 8-lane micro-kernel above issues one 256-bit
+ * vpdpbusd per 32 MACs, and a 256-bit vpdpbusd issues no faster than a
+ * 512-bit one here (measured: the 8-lane kernel took as long as the
+ * 16-lane one at 16 columns). So two rows share one 512-bit vector: lane
+ * 2c + e = (row 2p + e of the panel, column c), e = 0, 1. The activation
+ * vector of a k-slice is prep's (lane c = column c) with each dword doubled
+ * (one vpermd, shared by the 4 pairs), the weight operand is the pair's two
+ * dwords broadcast as a qword, stored interleaved at decode. Per lane the
+ * steps are those of gq_kernel (same integers; the float chain per lane
+ * takes the same operations in the same order), so the same bits. */
+typedef struct {
+    int8_t w[2 * QK_K]; /* see gq_pw_off */
+    int32_t sc[16][2];  /* [sub-block][row e] */
+    uint32_t mn[4][2];  /* [mins pair][row e] */
+    float d[2], dmin[2];
+    int32_t negc[2], pad[2];
+} gq_pair_t;
+_Static_assert(sizeof(gq_pair_t) <= 2 * sizeof(gq_row_t), "a pair fits the scratch of two decoded rows");
+
+/* Byte offset in gq_pair_t.w of the qword [row 0 dword s, row 1 dword s],
+ * s = storage slice (dword) 0..63 of gq_row_t.w: chunk v = s / 16 of 64
+ * bytes is stored as unpacklo_epi32(row 0, row 1), unpackhi_epi32(...). */
+#define GQ_PW_OFF(s) (128 * ((s) / 16) + 64 * (((s) % 4) >= 2) + 16 * (((s) % 16) / 4) + 8 * ((s) % 2))
+
+/* Q4_K / Q5_K block headers of 8 rows (blk[r]: d, dmin, scales[12]) into
+ * the sc, mn, d, dmin of 4 pairs, the 8 rows at once: lane r & 3 of X[r >> 2]
+ * holds row r's 16 header bytes, decoded by kquant_scales_k4's steps on
+ * dword vectors: Y = [u0, u2, u1, u2], Z = [-, u0, -, u1] per lane, then
+ * [sc0..3, sc4..7, m0..3, m4..7] = (Y & [3f, 0f, 3f, 0]) | ((Y >> 4) & [0, 0,
+ * 0, 0f]) | ((Z >> 2) & [0, 30, 0, 30]) (the same bytes). */
+#define GQH_Y 4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15
+#define GQH_Z 0, 0, 0, 0, 4, 5, 6, 7, 0, 0, 0, 0, 8, 9, 10, 11
+#define GQH_M1 0x3f3f3f3fu, 0x0f0f0f0fu, 0x3f3f3f3fu, 0
+#define GQH_M2 0, 0, 0, 0x0f0f0f0fu
+#define GQH_M3 0, 0x30303030u, 0, 0x30303030u
+static const v512_t g_gqh_y = {.b = {GQH_Y, GQH_Y, GQH_Y, GQH_Y}};
+static const v512_t g_gqh_z = {.b = {GQH_Z, GQH_Z, GQH_Z, GQH_Z}};
+static const v512_t g_gqh_m1 = {.d = {GQH_M1, GQH_M1, GQH_M1, GQH_M1}};
+static const v512_t g_gqh_m2 = {.d = {GQH_M2, GQH_M2, GQH_M2, GQH_M2}};
+static const v512_t g_gqh_m3 = {.d = {GQH_M3, GQH_M3, GQH_M3, GQH_M3}};
+/* Word selectors for the pair in lanes 2q, 2q + 1 of SC16 / MN16 (q = 0, 1;
+ * lane L = words 8L..8L+7): sc (permutex2var_epi16 on [SC16 | zero]): dword
+ * 2j + e = sc_j of row e as int32; mn (permutexvar_epi16 on MN16, lower 256
+ * bits): dword 2i + e = the int16 pair (m_2i, m_2i+1) of row e. */
+#define GQS_W(q, j, e) (8 * (2 * (q) + (e)) + (j)), 32
+#define GQS_J(q, j) GQS_W(q, j, 0), GQS_W(q, j, 1)
+#define GQS_IDX(q) {.h = {GQS_J(q, 0), GQS_J(q, 1), GQS_J(q, 2), GQS_J(q, 3), GQS_J(q, 4), GQS_J(q, 5), GQS_J(q, 6), GQS_J(q, 7)}}
+static const v512_t g_gqs_idx[2] = {GQS_IDX(0), GQS_IDX(1)};
+#define GQM_W(q, i, e) (8 * (2 * (q) + (e)) + 2 * (i)), (8 * (2 * (q) + (e)) + 2 * (i) + 1)
+#define GQM_I(q, i) GQM_W(q, i, 0), GQM_W(q, i, 1)
+#define GQM_IDX(q) {.h = {GQM_I(q, 0), GQM_I(q, 1), GQM_I(q, 2), GQM_I(q, 3), GQM_I(q, 0), GQM_I(q, 1), GQM_I(q, 2), GQM_I(q, 3)}}
+static const v512_t g_gqm_idx[2] = {GQM_IDX(0), GQM_IDX(1)};
+/* [d(2p), d(2p + 1), dmin(2p), dmin(2p + 1)] in words 4p..4p+3 from X[0]
+ * (words 0..31) and X[1] (32..63): row r's d is word 8 (r & 3) + 32 (r >> 2),
+ * dmin the next. */
+#define GQD_R(r) (8 * ((r) & 3) + 32 * ((r) >> 2))
+#define GQD_P(p) GQD_R(2 * (p)), GQD_R(2 * (p) + 1), GQD_R(2 * (p)) + 1, GQD_R(2 * (p) + 1) + 1
+static const v512_t g_gqd_idx = {.h = {GQD_P(0), GQD_P(1), GQD_P(2), GQD_P(3), GQD_P(0), GQD_P(1), GQD_P(2), GQD_P(3)}};
+
+TERN_INLINE void gq_pair_hdr_affine(const char *const blk[GQ_R], gq_pair_t *o) {
+    const __m512i zero = _mm512_setzero_si512();
+    __m512i X[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i x = _mm512_castsi128_si512(loadu128(blk[4 * h]));
+        x = _mm512_inserti32x4(x, loadu128(blk[4 * h + 1]), 1);
+        x = _mm512_inserti32x4(x, loadu128(blk[4 * h + 2]), 2);
+        X[h] = _mm512_inserti32x4(x, loadu128(blk[4 * h + 3]), 3);
+        const __m512i Y = _mm512_shuffle_epi8(X[h], g_gqh_y.v), Z = _mm512_shuffle_epi8(X[h], g_gqh_z.v);
+        __m512i scm = _mm512_and_si512(Y, g_gqh_m1.v);
+        scm = or_and(scm, _mm512_srli_epi32(Y, 4), g_gqh_m2.v);
+        scm = or_and(scm, _mm512_srli_epi32(Z, 2), g_gqh_m3.v);
+        const __m512i SC16 = _mm512_unpacklo_epi8(scm, zero), MN16 = _mm512_unpackhi_epi8(scm, zero);
+#pragma GCC unroll 2
+        for (int q = 0; q < 2; q++) {
+            gq_pair_t *op = o + 2 * h + q;
+            _mm512_storeu_si512(op->sc, _mm512_permutex2var_epi16(SC16, g_gqs_idx[q].v, zero));
+            _mm256_storeu_si256((__m256i *)op->mn, _mm512_castsi512_si256(_mm512_permutexvar_epi16(g_gqm_idx[q].v, MN16)));
+        }
+    }
+    const __m512 DD = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(X[0], g_gqd_idx.v, X[1])));
+    _mm_storeu_ps(o[0].d, _mm512_castps512_ps128(DD));
+    _mm_storeu_ps(o[1].d, _mm512_extractf32x4_ps(DD, 1));
+    _mm_storeu_ps(o[2].d, _mm512_extractf32x4_ps(DD, 2));
+    _mm_storeu_ps(o[3].d, _mm512_extractf32x4_ps(DD, 3));
+}
+
+/* gq_decode_panel for Q4_K / Q5_K with the 8 rows' headers decoded
+ * together (as gq_pair_hdr_affine) instead of kquant_scales_k4 per row:
+ * the same gq_row_t bytes. */
+static const v512_t g_gqr_d_idx = {.h = {0, 1, 8, 9, 16, 17, 24, 25}};
+TERN_INLINE void gq_decode_panel_affine(const char *const blk[GQ_R], gq_row_t *o, const int q5) {
+    const __m512i zero = _mm512_setzero_si512();
+    const size_t qs_off = q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+    __m512i cs[GQ_R];
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i X = _mm512_castsi128_si512(loadu128(blk[4 * h]));
+        X = _mm512_inserti32x4(X, loadu128(blk[4 * h + 1]), 1);
+        X = _mm512_inserti32x4(X, loadu128(blk[4 * h + 2]), 2);
+        X = _mm512_inserti32x4(X, loadu128(blk[4 * h + 3]), 3);
+        const __m512i Y = _mm512_shuffle_epi8(X, g_gqh_y.v), Z = _mm512_shuffle_epi8(X, g_gqh_z.v);
+        __m512i scm = _mm512_and_si512(Y, g_gqh_m1.v);
+        scm = or_and(scm, _mm512_srli_epi32(Y, 4), g_gqh_m2.v);
+        scm = or_and(scm, _mm512_srli_epi32(Z, 2), g_gqh_m3.v); /* lane L: sc0..7, m0..7 of row 4h + L */
+        const __m512i MN16 = _mm512_unpackhi_epi8(scm, zero);
+        const __m256 DD = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(g_gqr_d_idx.v, X)));
+#pragma GCC unroll 4
+        for (int L = 0; L < 4; L++) {
+            const int r = 4 * h + L;
+            const uint8_t *b = (const uint8_t *)blk[r];
+            __m512i q[4];
+            affine_unpack(b + qs_off, q5 ? b + offsetof(block_q5_K, qh) : NULL, q);
+            const __m512i scb = _mm512_permutexvar_epi64(_mm512_set1_epi64(2 * L), scm); /* sc0..7 in every qword */
+            __m512i c = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                _mm512_storeu_si512(o[r].w + 64 * v, q[v]);
+                c = _mm512_dpbusd_epi32(c, q[v], _mm512_shuffle_epi8(scb, g_gq_scb[v >> 1][v & 1].v));
+            }
+            cs[r] = c;
+            _mm256_storeu_si256((__m256i *)o[r].sc, _mm256_cvtepu8_epi32(_mm512_castsi512_si128(scb)));
+            _mm_storeu_si128((__m128i *)o[r].mn, _mm512_extracti32x4_epi32(MN16, L));
+            _mm_storel_pi((__m64 *)&o[r].d, L & 1 ? _mm_movehl_ps(_mm_setzero_ps(), L < 2 ? _mm256_castps256_ps128(DD) : _mm256_extractf128_ps(DD, 1))
+                                                  : (L < 2 ? _mm256_castps256_ps128(DD) : _mm256_extractf128_ps(DD, 1)));
+        }
+    }
+    int32_t negc[GQ_R];
+    _mm256_storeu_si256((__m256i *)negc, _mm256_mullo_epi32(reduce8_epi32(cs), _mm256_set1_epi32(-128)));
+#pragma GCC unroll 8
+    for (int r = 0; r < GQ_R; r++) o[r].negc = negc[r];
+}
+
+/* Super-block b of GQ_R rows (blk[r]) into GQ_R / 2 pairs. */
+TERN_INLINE void gq_decode_panel_pairs(const char *const blk[GQ_R], gq_pair_t *o, const int fmt) {
+    if (fmt != GQ_Q6K) { /* Q4_K / Q5_K: the weights, the headers at once (no negc: see dp_pair) */
+        const size_t qs_off = fmt == GQ_Q5K ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs);
+#pragma GCC unroll 4
+        for (int p = 0; p < GQ_R / 2; p++) {
+            __m512i q[2][4];
+#pragma GCC unroll 2
+            for (int e = 0; e < 2; e++) {
+                const uint8_t *b = (const uint8_t *)blk[2 * p + e];
+                affine_unpack(b + qs_off, fmt == GQ_Q5K ? b + offsetof(block_q5_K, qh) : NULL, q[e]);
+            }
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                _mm512_storeu_si512(o[p].w + 128 * v, _mm512_unpacklo_epi32(q[0][v], q[1][v]));
+                _mm512_storeu_si512(o[p].w + 128 * v + 64, _mm512_unpackhi_epi32(q[0][v], q[1][v]));
+            }
+        }
+        gq_pair_hdr_affine(blk, o);
+        return;
+    }
+    /* Q6_K: as gq_decode_q6, two rows at a time, straight into the pair */
+    const __m512i m32 = _mm512_set1_epi8(32);
+    __m512i cs[GQ_R];
+#pragma GCC unroll 4
+    for (int p = 0; p < GQ_R / 2; p++) {
+        __m512i q[2][4], sc32[2];
+#pragma GCC unroll 2
+        for (int e = 0; e < 2; e++) {
+            const block_q6_K *w = (const block_q6_K *)blk[2 * p + e];
+            q6k_unpack(w, q[e]);
+            const __m128i sc = loadu128(w->scales);
+            const __m512i scx = _mm512_broadcast_i32x4(sc);
+            __m512i c = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int v = 0; v < 4; v++) {
+                c = _mm512_dpbusd_epi32(c, q[e][v], _mm512_shuffle_epi8(scx, g_gq_scb6[v >> 1][v & 1].v));
+                q[e][v] = _mm512_sub_epi8(q[e][v], m32);
+            }
+            sc32[e] = _mm512_cvtepi8_epi32(sc);
+            cs[2 * p + e] = _mm512_sub_epi32(c, _mm512_slli_epi32(sc32[e], 9));
+            o[p].d[e] = _cvtsh_ss(w->d);
+        }
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; v++) {
+            _mm512_storeu_si512(o[p].w + 128 * v, _mm512_unpacklo_epi32(q[0][v], q[1][v]));
+            _mm512_storeu_si512(o[p].w + 128 * v + 64, _mm512_unpackhi_epi32(q[0][v], q[1][v]));
+        }
+        const __m512i lo = _mm512_unpacklo_epi32(sc32[0], sc32[1]), hi = _mm512_unpackhi_epi32(sc32[0], sc32[1]);
+        /* lane L: lo = sc[4L], sc[4L + 1] pairs; hi = sc[4L + 2], sc[4L + 3] */
+        _mm512_storeu_si512(o[p].sc, _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11), hi));
+        _mm512_storeu_si512(o[p].sc[8], _mm512_permutex2var_epi64(lo, _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15), hi));
+    }
+    int32_t negc[GQ_R];
+    _mm256_storeu_si256((__m256i *)negc, _mm256_mullo_epi32(reduce8_epi32(cs), _mm256_set1_epi32(-128)));
+#pragma GCC unroll 4
+    for (int p = 0; p < GQ_R / 2; p++) o[p].negc[0] = negc[2 * p], o[p].negc[1] = negc[2 * p + 1];
+}
+
+TERN_INLINE __m512i bq(const void *p) { return _mm512_set1_epi64(*(const long long *)p); }
+/* One k-slice of activations (prep's layout for at most 8 columns: raw
+ * int8, lane 2c + e = column c); + 128 for Q6_K (see dp_pair). */
+TERN_INLINE __m512i gq_act(const uint8_t *x, const bool q6) {
+    const __m512i a = _mm512_loadu_si512(x);
+    return q6 ? _mm512_xor_si512(a, _mm512_set1_epi8((char)0x80)) : a;
+}
+/* acc + the pair's weight qword at p against a. Q4_K / Q5_K: weights
+ * (0..31) as the unsigned operand, raw activations as the signed one, so
+ * no offset correction (T starts at 0); Q6_K: activations + 128 unsigned,
+ * weights q - 32 signed, T starts at negc (as in gq_kernel). */
+TERN_INLINE __m512i dp_pair(__m512i acc, __m512i a, const void *p, const bool q6) {
+    return q6 ? _mm512_dpbusd_epi32(acc, a, bq(p)) : _mm512_dpbusd_epi32(acc, bq(p), a);
+}
+
+/* 4 pairs (pp: [b][4]) x up to 8 columns (xg: one group, lanes 0..7) over
+ * nb super-blocks, continuing st[p] (lane 2c + e) like gq_kernel. */
+TERN_INLINE void gq_kernel_pairs(const gq_pair_t *pp, const uint8_t *xg, int64_t nb, float st[GQ_R / 2][GQ_LANES],
+                                 int first, const bool q6) {
+    enum { NP = GQ_R / 2 };
+    const int units = q6 ? 16 : 8, slices = q6 ? 4 : 8;
+    __m512 acc[NP];
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++) acc[p] = first ? _mm512_setzero_ps() : _mm512_load_ps(st[p]);
     for (int64_t b = 0; b < nb; b++) {
-        const gq_row_t *w = pw + b * GQ_R;
+        const gq_pair_t *w = pp + b * NP;
         const uint8_t *x = xg + (size_t)b * GQ_ACT_SB;
-        __m256i T[GQ_R];
+        __m512i T[NP];
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) T[p] = q6 ? bq(w[p].negc) : _mm512_setzero_si512();
 #pragma GCC unroll 8
-        for (int r = 0; r < GQ_R; r++) T[r] = _mm256_set1_epi32(w[r].negc);
-#pragma GCC unroll 8
-        for (int u = 0; u < units; u += 2) { /* storage units u, u + 1: two chains per row */
+        for (int u = 0; u < units; u += 2) {
             const int j0 = q6 ? u : gq_sub[u], j1 = q6 ? u + 1 : gq_sub[u + 1];
             const uint8_t *x0 = x + GQ_ACT_QS + 64 * slices * j0, *x1 = x + GQ_ACT_QS + 64 * slices * j1;
-            const int o0 = 4 * slices * u, o1 = o0 + 4 * slices;
-            __m256i d0[GQ_R], d1[GQ_R];
+            const int s0 = slices * u, s1 = s0 + slices; /* storage slices */
+            __m512i d0[NP], d1[NP];
             {
-                const __m256i a0 = _mm256_loadu_si256((const __m256i *)(x0)), a1 = _mm256_loadu_si256((const __m256i *)(x1));
-#pragma GCC unroll 8
-                for (int r = 0; r < GQ_R; r++) {
-                    d0[r] = dp0_bcast8(a0, w[r].w + o0);
-                    d1[r] = dp0_bcast8(a1, w[r].w + o1);
+                const __m512i a0 = gq_act(x0, q6), a1 = gq_act(x1, q6);
+#pragma GCC unroll 4
+                for (int p = 0; p < NP; p++) {
+                    d0[p] = dp_pair(_mm512_setzero_si512(), a0, w[p].w + GQ_PW_OFF(s0), q6);
+                    d1[p] = dp_pair(_mm512_setzero_si512(), a1, w[p].w + GQ_PW_OFF(s1), q6);
                 }
             }
 #pragma GCC unroll 7
             for (int i = 1; i < slices; i++) {
-                const __m256i a0 = _mm256_loadu_si256((const __m256i *)(x0 + 64 * i)), a1 = _mm256_loadu_si256((const __m256i *)(x1 + 64 * i));
-#pragma GCC unroll 8
-                for (int r = 0; r < GQ_R; r++) {
-                    d0[r] = dp_bcast8(d0[r], a0, w[r].w + o0 + 4 * i);
-                    d1[r] = dp_bcast8(d1[r], a1, w[r].w + o1 + 4 * i);
+                const __m512i a0 = gq_act(x0 + 64 * i, q6), a1 = gq_act(x1 + 64 * i, q6);
+#pragma GCC unroll 4
+                for (int p = 0; p < NP; p++) {
+                    d0[p] = dp_pair(d0[p], a0, w[p].w + GQ_PW_OFF(s0 + i), q6);
+                    d1[p] = dp_pair(d1[p], a1, w[p].w + GQ_PW_OFF(s1 + i), q6);
                 }
             }
-#pragma GCC unroll 8
-            for (int r = 0; r < GQ_R; r++) {
-                T[r] = muladd_bcast8(T[r], d0[r], &w[r].sc[j0]);
-                T[r] = muladd_bcast8(T[r], d1[r], &w[r].sc[j1]);
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++) {
+                T[p] = _mm512_add_epi32(T[p], _mm512_mullo_epi32(d0[p], bq(w[p].sc[j0])));
+                T[p] = _mm512_add_epi32(T[p], _mm512_mullo_epi32(d1[p], bq(w[p].sc[j1])));
             }
         }
-        const __m256 DA = _mm256_loadu_ps((const float *)(x + GQ_ACT_D));
+        const __m512 DA = _mm512_loadu_ps(x + GQ_ACT_D);
         if (q6) {
-#pragma GCC unroll 8
-            for (int r = 0; r < GQ_R; r++)
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[r]), _mm256_mul_ps(DA, _mm256_set1_ps(w[r].d)), acc[r]);
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++)
+                acc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T[p]), _mm512_mul_ps(DA, _mm512_castsi512_ps(bq(w[p].d))),
+                                         acc[p]);
             continue;
         }
-        __m256i P[4];
+        __m512i P[4];
 #pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) P[i] = _mm256_loadu_si256((const __m256i *)(x + GQ_ACT_P + 64 * i));
-#pragma GCC unroll 8
-        for (int r = 0; r < GQ_R; r++) {
-            __m256i m = _mm256_dpwssd_epi32(_mm256_setzero_si256(), P[0], _mm256_set1_epi32((int)w[r].mn[0]));
+        for (int i = 0; i < 4; i++) P[i] = _mm512_loadu_si512(x + GQ_ACT_P + 64 * i);
+#pragma GCC unroll 4
+        for (int p = 0; p < NP; p++) {
+            __m512i m = _mm512_dpwssd_epi32(_mm512_setzero_si512(), P[0], bq(w[p].mn[0]));
 #pragma GCC unroll 3
-            for (int i = 1; i < 4; i++) m = _mm256_dpwssd_epi32(m, P[i], _mm256_set1_epi32((int)w[r].mn[i]));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[r]), _mm256_mul_ps(DA, _mm256_set1_ps(w[r].d)), acc[r]);
-            acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(m), _mm256_mul_ps(DA, _mm256_set1_ps(w[r].dmin)), acc[r]);
+            for (int i = 1; i < 4; i++) m = _mm512_dpwssd_epi32(m, P[i], bq(w[p].mn[i]));
+            acc[p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T[p]), _mm512_mul_ps(DA, _mm512_castsi512_ps(bq(w[p].d))), acc[p]);
+            acc[p] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(DA, _mm512_castsi512_ps(bq(w[p].dmin))),
+                                      acc[p]);
         }
     }
-#pragma GCC unroll 8
-    for (int r = 0; r < GQ_R; r++) _mm256_store_ps(st[r], acc[r]);
+#pragma GCC unroll 4
+    for (int p = 0; p < NP; p++) _mm512_store_ps(st[p], acc[p]);
 }
-static void gq_kernel8_affine(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
-    gq_kernel8(pw, xg, nb, st, first, false);
+static void gq_kernel_pairs_affine(const gq_pair_t *pp, const uint8_t *xg, int64_t nb, float st[GQ_R / 2][GQ_LANES],
+                                   int first) {
+    gq_kernel_pairs(pp, xg, nb, st, first, false);
 }
-static void gq_kernel8_q6(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
-    gq_kernel8(pw, xg, nb, st, first, true);
+static void gq_kernel_pairs_q6(const gq_pair_t *pp, const uint8_t *xg, int64_t nb, float st[GQ_R / 2][GQ_LANES],
+                               int first) {
+    gq_kernel_pairs(pp, xg, nb, st, first, true);
 }
-static void gq_kernel_affine(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
-    gq_kernel(pw, xg, nb, st, first, false);
-}
-static void gq_kernel_q6(const gq_row_t *pw, const uint8_t *xg, int64_t nb, float st[GQ_R][GQ_LANES], int first) {
-    gq_kernel(pw, xg, nb, st, first, true);
-}
-
-enum { GQ_Q4K, GQ_Q5K, GQ_Q6K };
 
 /* One group of columns (up to 16; batched decode): the row blocks of
  * gq_run below decode gq_mc rows into L2-sized scratch and read them back
@@ -468,6 +740,7 @@ TERN_INLINE void gq_run_fused(const kern_gemm_args_t *a, const char *w, size_t r
     const bool half = a->n <= 8;
     const int nc = (int)a->n;
     gq_row_t *dec = scratch;
+    gq_pair_t *pairs = scratch; /* up to 8 columns: row pairs in place of the rows */
     float(*st)[GQ_LANES] = (void *)((char *)scratch + gq_dec_bytes(nb));
     const int64_t q = nrows >= 2 * GQ_R ? nrows / GQ_R : 0; /* rows per stream */
     const int64_t npan = q + (nrows - GQ_R * q + GQ_R - 1) / GQ_R;
@@ -484,24 +757,34 @@ TERN_INLINE void gq_run_fused(const kern_gemm_args_t *a, const char *w, size_t r
         for (int64_t k0 = 0; k0 < nb; k0 += GQ_KC) {
             const int64_t kc = nb - k0 < GQ_KC ? nb - k0 : GQ_KC;
             for (int64_t b = 0; b < kc; b++) {
+                const char *blk[GQ_R];
                 for (int r = 0; r < GQ_R; r++) {
-                    const char *blk = w + (size_t)ri[r] * row_bytes + (size_t)(k0 + b) * bsz;
-                    prefetch_ahead(blk, bsz);
-                    if (fmt == GQ_Q6K) gq_decode_q6((const block_q6_K *)blk, dec + b * GQ_R + r);
-                    else gq_decode_affine((const uint8_t *)blk, dec + b * GQ_R + r, fmt == GQ_Q5K);
+                    blk[r] = w + (size_t)ri[r] * row_bytes + (size_t)(k0 + b) * bsz;
+                    prefetch_ahead(blk[r], bsz);
+                }
+                if (half) {
+                    gq_decode_panel_pairs(blk, pairs + b * (GQ_R / 2), fmt);
+                } else {
+                    if (fmt == GQ_Q6K) gq_decode_panel(blk, dec + b * GQ_R, fmt);
+                    else gq_decode_panel_affine(blk, dec + b * GQ_R, fmt == GQ_Q5K);
                 }
             }
             const uint8_t *xg = (const uint8_t *)a->xg + (size_t)k0 * GQ_ACT_SB;
             if (half) {
-                if (fmt == GQ_Q6K) gq_kernel8_q6(dec, xg, kc, st, k0 == 0);
-                else gq_kernel8_affine(dec, xg, kc, st, k0 == 0);
+                if (fmt == GQ_Q6K) gq_kernel_pairs_q6(pairs, xg, kc, st, k0 == 0);
+                else gq_kernel_pairs_affine(pairs, xg, kc, st, k0 == 0);
             } else {
                 if (fmt == GQ_Q6K) gq_kernel_q6(dec, xg, kc, st, k0 == 0);
                 else gq_kernel_affine(dec, xg, kc, st, k0 == 0);
             }
         }
-        for (int c = 0; c < nc; c++)
-            for (int r = 0; r < nrv; r++) y[c * ldy + ri[r]] = st[r][c];
+        if (half) {
+            for (int c = 0; c < nc; c++)
+                for (int r = 0; r < nrv; r++) y[c * ldy + ri[r]] = st[r >> 1][2 * c + (r & 1)];
+        } else {
+            for (int c = 0; c < nc; c++)
+                for (int r = 0; r < nrv; r++) y[c * ldy + ri[r]] = st[r][c];
+        }
     }
 }
 
@@ -556,15 +839,15 @@ TERN_INLINE void gq_run(const kern_gemm_args_t *a, const void *wv, size_t row_by
                 const int64_t kc = nb - k0 < GQ_KC ? nb - k0 : GQ_KC;
                 for (int64_t g = 0; g < gn; g++) {
                     const uint8_t *xg = (const uint8_t *)a->xg + (size_t)(g0 + g) * a->xg_group + (size_t)k0 * GQ_ACT_SB;
-                    /* a group of at most 8 columns: 8 lanes */
+                    /* a group of at most 8 columns: prep's layout for them */
                     const bool half = a->n - (g0 + g) * GQ_LANES <= 8;
                     for (int64_t p = 0; p < np; p++) {
                         for (const uintptr_t e = pf + pf_step < pf_end ? pf + pf_step : pf_end; pf < e; pf += 64)
                             _mm_prefetch((const char *)pf, _MM_HINT_T1);
                         const gq_row_t *pw = dec + (p * nb + k0) * GQ_R;
                         if (half) {
-                            if (fmt == GQ_Q6K) gq_kernel8_q6(pw, xg, kc, st[p * gmax + g], k0 == 0);
-                            else gq_kernel8_affine(pw, xg, kc, st[p * gmax + g], k0 == 0);
+                            if (fmt == GQ_Q6K) gq_kernel_q6_dup(pw, xg, kc, st[p * gmax + g], k0 == 0);
+                            else gq_kernel_affine_dup(pw, xg, kc, st[p * gmax + g], k0 == 0);
                         } else {
                             if (fmt == GQ_Q6K) gq_kernel_q6(pw, xg, kc, st[p * gmax + g], k0 == 0);
                             else gq_kernel_affine(pw, xg, kc, st[p * gmax + g], k0 == 0);
@@ -579,9 +862,10 @@ TERN_INLINE void gq_run(const kern_gemm_args_t *a, const void *wv, size_t row_by
                     const int64_t rb = r0 + p * GQ_R;
                     const int nr = nrows - rb < GQ_R ? (int)(nrows - rb) : GQ_R;
                     const float(*out)[GQ_LANES] = st[p * gmax + g];
+                    const int lm = nc <= GQ_LANES / 2 ? 2 : 1; /* lane of column c: lm * c */
                     for (int c = 0; c < nc; c++) {
                         float *yc = y + (c0 + c) * ldy + rb;
-                        for (int r = 0; r < nr; r++) yc[r] = out[r][c];
+                        for (int r = 0; r < nr; r++) yc[r] = out[r][lm * c];
                     }
                 }
             }
