@@ -548,7 +548,10 @@ TERN_INLINE void gq_decode_panel_affine(const char *const blk[GQ_R], gq_row_t *o
         __m512i scm = _mm512_and_si512(Y, g_gqh_m1.v);
         scm = or_and(scm, _mm512_srli_epi32(Y, 4), g_gqh_m2.v);
         scm = or_and(scm, _mm512_srli_epi32(Z, 2), g_gqh_m3.v); /* lane L: sc0..7, m0..7 of row 4h + L */
-        const __m512i MN16 = _mm512_unpackhi_epi8(scm, zero);
+        /* through memory: the lane index L below is a loop variable, and
+         * clang (the fuzz builds) wants vextracti32x4's immediate constant */
+        _Alignas(64) uint8_t mn16[64];
+        _mm512_store_si512(mn16, _mm512_unpackhi_epi8(scm, zero));
         const __m256 DD = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutexvar_epi16(g_gqr_d_idx.v, X)));
 #pragma GCC unroll 4
         for (int L = 0; L < 4; L++) {
@@ -565,7 +568,7 @@ TERN_INLINE void gq_decode_panel_affine(const char *const blk[GQ_R], gq_row_t *o
             }
             cs[r] = c;
             _mm256_storeu_si256((__m256i *)o[r].sc, _mm256_cvtepu8_epi32(_mm512_castsi512_si128(scb)));
-            _mm_storeu_si128((__m128i *)o[r].mn, _mm512_extracti32x4_epi32(MN16, L));
+            memcpy(o[r].mn, mn16 + 16 * L, 16);
             _mm_storel_pi((__m64 *)&o[r].d, L & 1 ? _mm_movehl_ps(_mm_setzero_ps(), L < 2 ? _mm256_castps256_ps128(DD) : _mm256_extractf128_ps(DD, 1))
                                                   : (L < 2 ? _mm256_castps256_ps128(DD) : _mm256_extractf128_ps(DD, 1)));
         }
