@@ -219,23 +219,8 @@ static double num(const char *row, const char *key) {
     return v;
 }
 
-static void test_bench_json(void **state) {
-    (void)state;
-    char cmd[2048], *out = NULL, *err = NULL;
-    snprintf(cmd, sizeof cmd,
-             "'%s' bench -m '%s' --expert-cache 25%%,100%%,mmap --expert-prefetch off -n 4 -p 0 -r 1 -o json -t 2 --probe-mb 16 "
-             "--disk-probe-s 0.2 --check 3",
-             g_tern, g_moe);
-    const int rc = sh(cmd, &out, &err);
-    if (rc != 0) fail_msg("exit %d:\n%s", rc, err ? err : "");
-    /* the greedy tokens are the same with every cache setting */
-    assert_non_null(strstr(err, "greedy tokens IDENTICAL at threads 2 and 3 expert settings"));
-    static const char *const settings[] = {"25%", "100%", "mmap"};
-    static const char *const fields[] = {
-        "tok_s", "tok_s_cold", "hit_rate", "gb_per_token", "io_gbps", "io_wait_share", "prediction_accuracy",
-        "cold_hit_rate", "cold_gb_per_token", "cold_io_gbps", "cold_io_wait_share", "expert_bytes", "cache_bytes",
-        "cache_slots", "slot_bytes", "disk_seq_gbps", "disk_rand_gbps", "io_roofline_tok_s", "io_roofline_pct",
-        "compute_ms_per_token", "io_ms_per_token"};
+/* Calls fn(row, arg) on each {...} of a json array; the number of rows. */
+static int each_row(const char *out, void (*fn)(const char *row, void *arg), void *arg) {
     const char *p = out;
     assert_true(p && p[0] == '[');
     int n = 0;
@@ -247,44 +232,72 @@ static void test_bench_json(void **state) {
         memcpy(row, p, (size_t)(end - p + 1));
         row[end - p + 1] = 0;
         p = end + 1;
-        assert_true(n < 3);
-        char want[64];
-        snprintf(want, sizeof want, "\"expert_cache\": \"%s\"", settings[n]);
-        if (!strstr(row, want)) fail_msg("row %d is not %s: %s", n, settings[n], row);
-        assert_non_null(strstr(row, "\"test\": \"tg4\""));
-        for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
-            double v;
-            int is_null;
-            if (!field(row, fields[f], &v, &is_null)) fail_msg("row %s lacks \"%s\"", settings[n], fields[f]);
-        }
-        assert_true(num(row, "tok_s") > 0 && num(row, "tok_s_cold") > 0);
-        assert_true(num(row, "disk_seq_gbps") > 0 && num(row, "disk_rand_gbps") > 0);
-        assert_true(num(row, "expert_bytes") > 0);
-        double hr;
-        int hr_null;
-        field(row, "hit_rate", &hr, &hr_null);
-        if (n < 2) {
-            /* a cache of its own: the share of the expert bytes, whole slots, at least one */
-            assert_non_null(strstr(row, "\"cache_active\": true"));
-            const double share = n == 0 ? 0.25 : 1.0, eb = num(row, "expert_bytes"), sb = num(row, "slot_bytes");
-            const double cb = num(row, "cache_bytes");
-            assert_true(cb >= sb && cb <= share * eb + 1 && cb > share * eb - sb);
-            assert_false(hr_null);
-            if (!(hr >= 0 && hr <= 1)) fail_msg("hit rate %g of %s outside [0, 1]", hr, settings[n]);
-            const double ws = num(row, "io_wait_share");
-            assert_true(ws >= 0 && ws <= 1.0001);
-            assert_true(num(row, "gb_per_token") >= 0);
-            double ph;
-            int ph_null;
-            field(row, "prediction_accuracy", &ph, &ph_null);
-            assert_true(ph_null); /* prefetch off */
-        } else {
-            /* through the mapping: no cache, no hit rate */
-            assert_non_null(strstr(row, "\"cache_active\": false"));
-            assert_true(hr_null);
-        }
+        fn(row, arg);
         n++;
     }
+    return n;
+}
+
+/* One row of the --expert-cache 25%,100%,mmap run; *arg counts the rows. */
+static void expert_row(const char *row, void *arg) {
+    int n = (*(int *)arg)++;
+    static const char *const settings[] = {"25%", "100%", "mmap"};
+    static const char *const fields[] = {
+        "tok_s", "tok_s_cold", "hit_rate", "gb_per_token", "io_gbps", "io_wait_share", "prediction_accuracy",
+        "cold_hit_rate", "cold_gb_per_token", "cold_io_gbps", "cold_io_wait_share", "expert_bytes", "cache_bytes",
+        "cache_slots", "slot_bytes", "disk_seq_gbps", "disk_rand_gbps", "io_roofline_tok_s", "io_roofline_pct",
+        "compute_ms_per_token", "io_ms_per_token"};
+    assert_true(n < 3);
+    char want[64];
+    snprintf(want, sizeof want, "\"expert_cache\": \"%s\"", settings[n]);
+    if (!strstr(row, want)) fail_msg("row %d is not %s: %s", n, settings[n], row);
+    assert_non_null(strstr(row, "\"test\": \"tg4\""));
+    for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
+        double v;
+        int is_null;
+        if (!field(row, fields[f], &v, &is_null)) fail_msg("row %s lacks \"%s\"", settings[n], fields[f]);
+    }
+    assert_true(num(row, "tok_s") > 0 && num(row, "tok_s_cold") > 0);
+    assert_true(num(row, "disk_seq_gbps") > 0 && num(row, "disk_rand_gbps") > 0);
+    assert_true(num(row, "expert_bytes") > 0);
+    double hr;
+    int hr_null;
+    field(row, "hit_rate", &hr, &hr_null);
+    if (n < 2) {
+        /* a cache of its own: the share of the expert bytes, whole slots, at least one */
+        assert_non_null(strstr(row, "\"cache_active\": true"));
+        const double share = n == 0 ? 0.25 : 1.0, eb = num(row, "expert_bytes"), sb = num(row, "slot_bytes");
+        const double cb = num(row, "cache_bytes");
+        assert_true(cb >= sb && cb <= share * eb + 1 && cb > share * eb - sb);
+        assert_false(hr_null);
+        if (!(hr >= 0 && hr <= 1)) fail_msg("hit rate %g of %s outside [0, 1]", hr, settings[n]);
+        const double ws = num(row, "io_wait_share");
+        assert_true(ws >= 0 && ws <= 1.0001);
+        assert_true(num(row, "gb_per_token") >= 0);
+        double ph;
+        int ph_null;
+        field(row, "prediction_accuracy", &ph, &ph_null);
+        assert_true(ph_null); /* prefetch off */
+    } else {
+        /* through the mapping: no cache, no hit rate */
+        assert_non_null(strstr(row, "\"cache_active\": false"));
+        assert_true(hr_null);
+    }
+}
+
+static void test_bench_json(void **state) {
+    (void)state;
+    char cmd[2048], *out = NULL, *err = NULL;
+    snprintf(cmd, sizeof cmd,
+             "'%s' bench -m '%s' --expert-cache 25%%,100%%,mmap --expert-prefetch off -n 4 -p 0 -r 1 -o json -t 2 --probe-mb 16 "
+             "--disk-probe-s 0.2 --check 3",
+             g_tern, g_moe);
+    const int rc = sh(cmd, &out, &err);
+    if (rc != 0) fail_msg("exit %d:\n%s", rc, err ? err : "");
+    /* the greedy tokens are the same with every cache setting */
+    assert_non_null(strstr(err, "greedy tokens IDENTICAL at threads 2 and 3 expert settings"));
+    int n = each_row(out, expert_row, &(int){0});
+    const char *p;
     assert_int_equal(n, 3);
     free(out);
     free(err);
@@ -312,24 +325,6 @@ static void test_bench_json(void **state) {
 
 /* ---- tern bench: LLC-resident rows, --busy ----------------------------------- */
 
-/* Calls fn(row, arg) on each {...} of a json array; the number of rows. */
-static int each_row(const char *out, void (*fn)(const char *row, void *arg), void *arg) {
-    const char *p = out;
-    assert_true(p && p[0] == '[');
-    int n = 0;
-    while ((p = strchr(p, '{'))) {
-        const char *end = strchr(p, '}');
-        assert_non_null(end);
-        char row[4096];
-        assert_true((size_t)(end - p) < sizeof row);
-        memcpy(row, p, (size_t)(end - p + 1));
-        row[end - p + 1] = 0;
-        p = end + 1;
-        fn(row, arg);
-        n++;
-    }
-    return n;
-}
 
 /* want: 1 = every generation row LLC-resident, 0 = none. */
 static void check_llc_row(const char *row, void *arg) {

@@ -104,23 +104,35 @@ static hwloc_bitmap_t perf_kind_set(hwloc_topology_t t, const char **how) {
     return perf;
 }
 
-static int topo_from_hwloc(cpu_topo_t *tp) {
-    hwloc_topology_t t;
-    if (hwloc_topology_init(&t) != 0) return -1;
-    hwloc_topology_set_flags(t, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM);
-    if (hwloc_topology_load(t) != 0) {
-        hwloc_topology_destroy(t);
+/* This system's topology, loaded; -1 when hwloc fails. */
+static int topo_load(hwloc_topology_t *t) {
+    if (hwloc_topology_init(t) != 0) return -1;
+    hwloc_topology_set_flags(*t, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM);
+    if (hwloc_topology_load(*t) != 0) {
+        hwloc_topology_destroy(*t);
         return -1;
     }
-    const char *kind_how = "";
-    hwloc_bitmap_t perf = perf_kind_set(t, &kind_how);
-    /* Allowed = the cgroup's CPUs and this thread's binding (taskset). */
+    return 0;
+}
+
+/* The CPUs this thread may use: the cgroup's (allowed) and its binding
+ * (taskset), when the two meet. A new bitmap (NULL: out of memory). */
+static hwloc_bitmap_t allowed_cpus(hwloc_topology_t t) {
     hwloc_bitmap_t allowed = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(t));
     hwloc_bitmap_t bound = hwloc_bitmap_alloc();
     if (allowed && bound && hwloc_get_cpubind(t, bound, HWLOC_CPUBIND_THREAD) == 0 &&
         hwloc_bitmap_intersects(allowed, bound))
         hwloc_bitmap_and(allowed, allowed, bound);
     hwloc_bitmap_free(bound);
+    return allowed;
+}
+
+static int topo_from_hwloc(cpu_topo_t *tp) {
+    hwloc_topology_t t;
+    if (topo_load(&t)) return -1;
+    const char *kind_how = "";
+    hwloc_bitmap_t perf = perf_kind_set(t, &kind_how);
+    hwloc_bitmap_t allowed = allowed_cpus(t);
     if (!allowed) {
         hwloc_bitmap_free(perf);
         hwloc_topology_destroy(t);
@@ -270,19 +282,9 @@ static const char *cache_kind(hwloc_obj_cache_type_t t) {
  * with one; their sizes summed (each instance serves its own cores). */
 static int llc_from_hwloc(cpu_llc_t *l) {
     hwloc_topology_t t;
-    if (hwloc_topology_init(&t) != 0) return -1;
-    hwloc_topology_set_flags(t, HWLOC_TOPOLOGY_FLAG_IS_THISSYSTEM);
-    if (hwloc_topology_load(t) != 0) {
-        hwloc_topology_destroy(t);
-        return -1;
-    }
+    if (topo_load(&t)) return -1;
     int rc = -1;
-    hwloc_bitmap_t allowed = hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(t));
-    hwloc_bitmap_t bound = hwloc_bitmap_alloc();
-    if (allowed && bound && hwloc_get_cpubind(t, bound, HWLOC_CPUBIND_THREAD) == 0 &&
-        hwloc_bitmap_intersects(allowed, bound))
-        hwloc_bitmap_and(allowed, allowed, bound);
-    hwloc_bitmap_free(bound);
+    hwloc_bitmap_t allowed = allowed_cpus(t);
     if (!allowed || hwloc_bitmap_iszero(allowed)) goto out;
     /* The package of the first allowed CPU: the default thread count stays in one. */
     hwloc_obj_t pu = hwloc_get_pu_obj_by_os_index(t, (unsigned)hwloc_bitmap_first(allowed));
