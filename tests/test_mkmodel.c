@@ -692,13 +692,24 @@ static void test_moe_tiny(void **state) {
         assert_true(s->n_expert > 0 && s->n_expert_used > 0 && s->n_ff_exp > 0);
         gguf_file_t *ref = make(shapes[si], "f32", "moe_ref", 5, 0, NULL);
         check_file(ref, s, "f32", s->n_vocab);
-        /* 3-D weights N(0, 1/ne0) too: the variance over all experts within 10% */
+        /* 3-D weights N(0, 1/ne0) too, the variance over all experts within
+         * 10%; untied shapes scale the branch outputs (ffn_down*) by
+         * 1 / (2 n_layer) and the embedding to N(0, 1) (mkmodel.c,
+         * moe_std_factor) */
         const gguf_tensor_t *g = gguf_tensor_find(ref, "blk.1.ffn_down_exps.weight");
         assert_non_null(g);
+        const double f = s->tied ? 1.0 : 1.0 / (2.0 * s->n_layer);
         double ss = 0;
         int64_t cnt = g->ne[0] * g->ne[1] * g->ne[2];
         for (int64_t i = 0; i < cnt; i++) ss += (double)((const float *)g->data)[i] * ((const float *)g->data)[i];
-        assert_true(fabs(ss / (double)cnt * (double)g->ne[0] - 1.0) < 0.1);
+        assert_true(fabs(ss / (double)cnt * (double)g->ne[0] / (f * f) - 1.0) < 0.1);
+        const gguf_tensor_t *e = gguf_tensor_find(ref, "token_embd.weight");
+        assert_non_null(e);
+        const double fe = s->tied ? 1.0 / (double)e->ne[0] : 1.0;
+        ss = 0;
+        cnt = e->ne[0] * e->ne[1];
+        for (int64_t i = 0; i < cnt; i++) ss += (double)((const float *)e->data)[i] * ((const float *)e->data)[i];
+        assert_true(fabs(ss / (double)cnt / fe - 1.0) < 0.1);
         for (int ti = 0; ti < 2; ti++) {
             gguf_file_t *f = make(shapes[si], types[ti], "moe_typed", 5, 2, NULL);
             check_file(f, s, types[ti], s->n_vocab);
