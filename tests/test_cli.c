@@ -245,8 +245,8 @@ static void expert_row(const char *row, void *arg) {
     static const char *const fields[] = {
         "tok_s", "tok_s_cold", "hit_rate", "gb_per_token", "io_gbps", "io_wait_share", "prediction_accuracy",
         "cold_hit_rate", "cold_gb_per_token", "cold_io_gbps", "cold_io_wait_share", "expert_bytes", "cache_bytes",
-        "cache_slots", "slot_bytes", "disk_seq_gbps", "disk_rand_gbps", "io_roofline_tok_s", "io_roofline_pct",
-        "compute_ms_per_token", "io_ms_per_token"};
+        "cache_slots", "slot_bytes", "disk_seq_gbps", "disk_rand_gbps", "disk_rand_gbps_before",
+        "disk_rand_gbps_after", "io_roofline_tok_s", "io_roofline_pct", "compute_ms_per_token", "io_ms_per_token"};
     assert_true(n < 3);
     char want[64];
     snprintf(want, sizeof want, "\"expert_cache\": \"%s\"", settings[n]);
@@ -259,6 +259,8 @@ static void expert_row(const char *row, void *arg) {
     }
     assert_true(num(row, "tok_s") > 0 && num(row, "tok_s_cold") > 0);
     assert_true(num(row, "disk_seq_gbps") > 0 && num(row, "disk_rand_gbps") > 0);
+    /* the tg row's own probes, right before and after its repetitions */
+    assert_true(num(row, "disk_rand_gbps_before") > 0 && num(row, "disk_rand_gbps_after") > 0);
     assert_true(num(row, "expert_bytes") > 0);
     double hr;
     int hr_null;

@@ -122,6 +122,11 @@ typedef struct {
     int disk_ok, disk_direct, disk_readers;
     uint64_t disk_read_bytes;
     double disk_seq_gbps, disk_rand_gbps;
+    /* the pattern probed again right before the row's timed repetitions and
+     * right after them (tg rows; NAN: not probed): a disk whose rate swings
+     * within seconds (seen here: 0.7-2.0 GB/s) is read against the rate it
+     * had while the row ran, their mean */
+    double disk_before_gbps, disk_after_gbps;
     double roof_tok_s, roof_pct, compute_ms, io_ms;
 } ec_row_t;
 
@@ -201,7 +206,8 @@ static void usage(FILE *out) {
             NP_PROMPT_DEFAULT, BUSY_MAX);
     model_args_usage(out, 1, 25);
     fprintf(out,
-            "  --disk-probe-s S       seconds of each disk probe pattern (default 3; 0: no probe)\n"
+            "  --disk-probe-s S       seconds of each disk probe pattern (default 3; 0: no probe); the probe\n"
+            "                         runs at the start and again right before and after each tg row\n"
             "With --expert-cache (or the prefetch or pin lists), each row is one setting at one thread\n"
             "count, the model loaded again for it (the cache lives per load), the file's pages dropped\n"
             "from the page cache first; tg rows add a cold rate (the first repetition right after the\n"
@@ -690,6 +696,8 @@ static void print_ec_rows(const bench_opts_t *o, const row_t *rows, int n, const
             json_num("disk_rand_gbps", "%.4f", e->disk_ok ? e->disk_rand_gbps : NAN);
             json_num("disk_read_bytes", "%.0f", e->disk_ok ? (double)e->disk_read_bytes : NAN);
             json_num("disk_readers", "%.0f", e->disk_ok ? (double)e->disk_readers : NAN);
+            json_num("disk_rand_gbps_before", "%.4f", e->disk_before_gbps);
+            json_num("disk_rand_gbps_after", "%.4f", e->disk_after_gbps);
             json_num("io_roofline_tok_s", "%.3f", e->roof_tok_s);
             json_num("io_roofline_pct", "%.2f", e->roof_pct);
             json_num("compute_ms_per_token", "%.4f", e->compute_ms);
@@ -703,7 +711,8 @@ static void print_ec_rows(const bench_opts_t *o, const row_t *rows, int n, const
         printf("model,type,size_bytes,params,threads,expert_cache,cache_active,cache_bytes,cache_slots,pinned_slots,"
                "direct_io,prefetch,pin,io_threads,test,tok_s,tok_s_sd,tok_s_cold,hit_rate,gb_per_token,io_gbps,"
                "io_wait_share,prediction_accuracy,cold_hit_rate,cold_gb_per_token,cold_io_gbps,cold_io_wait_share,"
-               "disk_seq_gbps,disk_rand_gbps,io_roofline_tok_s,io_roofline_pct,compute_ms_per_token,io_ms_per_token\n");
+               "disk_seq_gbps,disk_rand_gbps,disk_rand_gbps_before,disk_rand_gbps_after,io_roofline_tok_s,io_roofline_pct,"
+               "compute_ms_per_token,io_ms_per_token\n");
         for (int i = 0; i < n; i++) {
             const row_t *r = &rows[i];
             const ec_row_t *e = &r->ec;
@@ -723,6 +732,8 @@ static void print_ec_rows(const bench_opts_t *o, const row_t *rows, int n, const
             csv_num("%.4f", e->cold_wait_share);
             csv_num("%.4f", e->disk_ok ? e->disk_seq_gbps : NAN);
             csv_num("%.4f", e->disk_ok ? e->disk_rand_gbps : NAN);
+            csv_num("%.4f", e->disk_before_gbps);
+            csv_num("%.4f", e->disk_after_gbps);
             csv_num("%.3f", e->roof_tok_s);
             csv_num("%.2f", e->roof_pct);
             csv_num("%.4f", e->compute_ms);
@@ -747,12 +758,15 @@ static void print_ec_rows(const bench_opts_t *o, const row_t *rows, int n, const
     printf("\nEach row loads the model again with its setting, after dropping the file's pages from the page cache "
            "(posix_fadvise DONTNEED). cold: the first tg repetition right after the load; t/s and the I/O columns: the "
            "repetitions after a warm-up run. Rows with a cache count its reads; rows through the mapping (mmap) count "
-           "the process's storage reads (/proc/self/io). I/O roofline: the pattern's GB/s / GB read per token; compute "
-           "ms/token: time per token not spent waiting on reads; I/O ms/token: the token's reads at the pattern's "
-           "rate.\n\n");
+           "the process's storage reads (/proc/self/io). disk now: the pattern probed again right before the row's "
+           "repetitions and right after them (GB/s, before / after; the disk's rate can swing within seconds). I/O "
+           "roofline: the pattern's GB/s (the mean of those two where the row has them, else the probe above) / GB read "
+           "per token; compute ms/token: time per token not spent waiting on reads; I/O ms/token: the token's reads at "
+           "that rate.\n\n");
     printf("| model | threads | cache | prefetch | pin | test | t/s | t/s cold | hit rate | GB read/token | I/O GB/s | "
-           "I/O wait | prediction | I/O roofline t/s | %% of I/O roofline | compute ms/token | I/O ms/token |\n");
-    printf("|---|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+           "I/O wait | prediction | disk now GB/s | I/O roofline t/s | %% of I/O roofline | compute ms/token | I/O ms/token "
+           "|\n");
+    printf("|---|---:|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (int i = 0; i < n; i++) {
         const row_t *r = &rows[i];
         const ec_row_t *e = &r->ec;
@@ -768,6 +782,10 @@ static void print_ec_rows(const bench_opts_t *o, const row_t *rows, int n, const
         md_num("%.2f", e->io_gbps);
         md_num("%.1f%%", 100 * e->wait_share);
         md_num("%.1f%%", 100 * e->pred);
+        if (e->disk_before_gbps > 0 && e->disk_after_gbps > 0)
+            printf(" %.2f / %.2f |", e->disk_before_gbps, e->disk_after_gbps);
+        else
+            printf(" - |");
         md_num("%.1f", e->roof_tok_s);
         md_num("%.1f%%", e->roof_pct);
         md_num("%.3f", e->compute_ms);
@@ -1124,14 +1142,26 @@ static int ec_cold_run(const bench_opts_t *o, const tern_model_t *m, tern_contex
     return 0;
 }
 
-/* A row's I/O roofline against the disk probe's pattern: the fastest decode
+/* The disk's rate for the expert cache's pattern now (a probe of
+ * o->disk_s seconds per pattern), or NAN. */
+static double ec_disk_now(const bench_opts_t *o, const char *path, const ec_row_t *er) {
+    if (!er || !er->disk_ok || o->disk_s <= 0) return NAN;
+    bench_disk_t d;
+    char msg[256];
+    if (bench_disk_probe(path, er->slot_bytes, er->disk_readers, o->disk_s, &d, msg, sizeof msg)) return NAN;
+    return d.rand_gbps;
+}
+
+/* A row's I/O roofline against the disk probe's pattern (the probes
+ * bracketing the row where there are both, else the one at the start): the fastest decode
  * the disk allows for the bytes it reads per token, the row's share of
  * it, compute time per token (what is not waiting on reads) and the time
  * the token's reads take at the pattern's rate. */
 static void ec_roofline(row_t *r, double secs, double tokens, double wait_s) {
     ec_row_t *e = &r->ec;
     e->roof_tok_s = e->roof_pct = e->io_ms = e->compute_ms = NAN;
-    const double rate = e->disk_ok ? e->disk_rand_gbps : 0;
+    double rate = e->disk_ok ? e->disk_rand_gbps : 0;
+    if (e->disk_before_gbps > 0 && e->disk_after_gbps > 0) rate = (e->disk_before_gbps + e->disk_after_gbps) / 2;
     if (!isnan(e->gb_tok) && rate > 0) {
         e->io_ms = e->gb_tok / rate * 1e3;
         if (e->gb_tok > 0) {
@@ -1163,6 +1193,7 @@ static int pptg_tests(const bench_opts_t *o, int mi, tern_model_t *m, tern_conte
                 fprintf(stderr, "tern bench: %s\n", err.msg);
                 return -1;
             }
+            const double disk_before = kind && er ? ec_disk_now(o, o->models[mi], er) : NAN;
             tern_context_timings_reset(c);
             io_mark_t ia, ib;
             io_mark(m, &ia);
@@ -1176,6 +1207,7 @@ static int pptg_tests(const bench_opts_t *o, int mi, tern_model_t *m, tern_conte
                 total += secs[r];
             }
             io_mark(m, &ib);
+            const double disk_after = kind && er ? ec_disk_now(o, o->models[mi], er) : NAN;
             double *tps = secs; /* converted in place */
             for (int r = 0; r < o->reps; r++) tps[r] = n / secs[r];
             row_t *row = &rows[(*n_rows)++];
@@ -1216,6 +1248,8 @@ static int pptg_tests(const bench_opts_t *o, int mi, tern_model_t *m, tern_conte
                 const double tokens = (double)o->reps * n;
                 const io_fig_t f = io_figures(&ia, &ib, total, tokens);
                 row->ec = *er;
+                row->ec.disk_before_gbps = disk_before;
+                row->ec.disk_after_gbps = disk_after;
                 row->ec.hit_rate = f.hit_rate;
                 row->ec.gb_tok = f.gb_tok;
                 row->ec.io_gbps = f.io_gbps;
