@@ -89,7 +89,7 @@ typedef struct {
     int64_t expert_cache_bytes; /* TERN_EXPERTS_AUTO, TERN_EXPERTS_MMAP or a size in bytes */
     int io_threads;             /* readers of the expert cache; <= 0: 8 */
     int expert_prefetch;        /* 1: hint the next layer's likely experts; 0: no; < 0: the default (on) */
-    int expert_pin;             /* 1: pin the most used experts (counts kept per model file); 0: no; < 0: default (off) */
+    int expert_pin;             /* 1: pin the most used experts (counts kept per model file); 0: no; < 0: default (on) */
     const char *expert_usage_path; /* the counts file (NULL: $XDG_CACHE_HOME/tern or ~/.cache/tern, by file name and size) */
 } tern_model_params_t;
 tern_model_params_t tern_model_default_params(void);

@@ -1088,7 +1088,7 @@ static tern_model_t *ec_load(const bench_opts_t *o, const char *path, const ec_m
     er->on = 1;
     snprintf(er->setting, sizeof er->setting, "%s", em->expert_bytes ? o->caches[ci].text : "-");
     er->prefetch = pf != 0; /* the default is on */
-    er->pin = pn > 0;
+    er->pin = pn != 0; /* the library pins by default */
     er->io_threads = o->io_threads > 0 ? o->io_threads : 8;
     er->expert_bytes = em->expert_bytes;
     er->dropped = bench_drop_page_cache(path) == 0;

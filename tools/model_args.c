@@ -156,8 +156,8 @@ void model_args_usage(FILE *out, int lists, int col) {
                         lists ? "will likely want ahead of it (default on)" : "(default on)", NULL};
     help_item(out, col, lists ? "--expert-prefetch LIST" : "--expert-prefetch on|off", pf);
     const char *pin[] = {lists ? "on, off or on,off (a row each): keep the most used experts in"
-                               : "keep the most used experts in the cache for good (default off;",
-                         lists ? "the cache for good (default off; counted by this run's earlier"
+                               : "keep the most used experts in the cache for good (default on;",
+                         lists ? "the cache for good (default on; counted by this run's earlier"
                                : "the uses are counted per model file under ~/.cache/tern)",
                          lists ? "rows, in a file of its own)" : NULL, NULL};
     help_item(out, col, lists ? "--expert-pin LIST" : "--expert-pin on|off", pin);

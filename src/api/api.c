@@ -106,7 +106,7 @@ static int setup_experts(tern_model_t *tm, const char *path, const tern_model_pa
         return tern_err(err, TERN_EINVAL, "expert cache size %lld is not valid", (long long)p->expert_cache_bytes);
     }
     char up[4096];
-    const bool pin = p->expert_pin > 0;
+    const bool pin = p->expert_pin != 0;
     const char *pin_path = NULL;
     if (p->expert_usage_path) pin_path = p->expert_usage_path;
     else if (usage_path(path, fsize, up, sizeof up)) pin_path = up;
@@ -116,7 +116,8 @@ static int setup_experts(tern_model_t *tm, const char *path, const tern_model_pa
                             .pin_path = pin_path,
                             .pin_share = pin ? 0.5 : 0.0,
                             .per_layer = lru && !strcmp(lru, "layer")};
-    /* prefetch pays (PERF.md: half the wait, +4-9% t/s), pinning did not: on and off by default */
+    /* both pay where routing is spread over the experts (PERF.md, uniform routing: prefetch +20% t/s,
+     * pinning +8-16% and 8% fewer bytes read per token): on by default */
     return model_expert_cache(m, path, &ep, p->expert_prefetch != 0, err);
 }
 
