@@ -1164,7 +1164,8 @@ static void ec_roofline(row_t *r, double secs, double tokens, double wait_s) {
     if (e->disk_before_gbps > 0 && e->disk_after_gbps > 0) rate = (e->disk_before_gbps + e->disk_after_gbps) / 2;
     if (!isnan(e->gb_tok) && rate > 0) {
         e->io_ms = e->gb_tok / rate * 1e3;
-        if (e->gb_tok > 0) {
+        if (e->gb_tok >= 1e-4) { /* a row that reads under 100 kB per token (a file in the page cache) has no I/O
+                                  * roofline worth printing */
             e->roof_tok_s = rate / e->gb_tok;
             e->roof_pct = 100.0 * r->tok_s / e->roof_tok_s;
         }
