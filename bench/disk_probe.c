@@ -127,8 +127,8 @@ static int open_probe(const char *path, int *direct) {
     return open(path, O_RDONLY | O_CLOEXEC);
 }
 
-int bench_disk_probe(const char *path, uint64_t slot_bytes, int readers, double seconds, bench_disk_t *out, char *msg,
-                     size_t cap) {
+int bench_disk_probe(const char *path, uint64_t slot_bytes, int readers, double seconds, int sequential,
+                     bench_disk_t *out, char *msg, size_t cap) {
     memset(out, 0, sizeof *out);
     if (readers < 1) readers = 1;
     if (readers > DISK_MAX_READERS) readers = DISK_MAX_READERS;
@@ -162,7 +162,7 @@ int bench_disk_probe(const char *path, uint64_t slot_bytes, int readers, double 
     if (!direct) (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     const uint64_t limit = size < BENCH_DISK_SEQ_MAX ? size : BENCH_DISK_SEQ_MAX;
     uint64_t t0 = tern_now_ns(), t1 = t0;
-    while (out->seq_bytes < limit) {
+    while (sequential && out->seq_bytes < limit) {
         const int64_t r = read_at(fd, direct, buf, BENCH_DISK_SEQ_CHUNK, out->seq_bytes);
         if (r < 0) {
             snprintf(msg, cap, "disk probe: reading %s: %s", path, strerror(errno));

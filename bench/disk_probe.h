@@ -29,12 +29,13 @@ typedef struct {
     int readers;
 } bench_disk_t;
 
-/* Measure (a) and (b) on the file at path, each for at most `seconds` (the
- * sequential pass also stops at the end of the file or BENCH_DISK_SEQ_MAX).
- * GB/s are 1e9 bytes per second of wall time. 0, or -1 with a message in
- * msg (the file cannot be opened or read, or the threads not started). */
-int bench_disk_probe(const char *path, uint64_t slot_bytes, int readers, double seconds, bench_disk_t *out, char *msg,
-                     size_t cap);
+/* Measure (a) (sequential != 0; else seq_* stay 0) and (b) on the file at
+ * path, each for at most `seconds` (the sequential pass also stops at the
+ * end of the file or BENCH_DISK_SEQ_MAX). GB/s are 1e9 bytes per second of
+ * wall time. 0, or -1 with a message in msg (the file cannot be opened or
+ * read, or the threads not started). */
+int bench_disk_probe(const char *path, uint64_t slot_bytes, int readers, double seconds, int sequential,
+                     bench_disk_t *out, char *msg, size_t cap);
 
 /* Drop the file's pages from the page cache (posix_fadvise
  * POSIX_FADV_DONTNEED over the whole file), so that the next reads come

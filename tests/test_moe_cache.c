@@ -224,7 +224,7 @@ static void test_routing_spread(void **state) {
     assert_non_null(m);
     const int64_t L = m->hp.n_layer, E = m->hp.n_expert, K = m->hp.n_expert_used, V = m->hp.n_vocab;
     const ec_params_t p = {
-        .bytes = (uint64_t)(L * E) * ec_slot_bytes(m), .io_threads = 2, .pin_path = pin, .pin_share = 0.25};
+        .bytes = (uint64_t)(L * E) * ec_slot_bytes(m), .io_threads = 2, .pin_path = pin}; /* counts, no pinning */
     assert_int_equal(model_expert_cache(m, path, &p, false, &err), 0);
     model_ctx_t *c = tu_ctx_new(m, 2, 128, 1, false);
     uint64_t s = 17;

@@ -207,7 +207,7 @@ static void usage(FILE *out) {
     model_args_usage(out, 1, 25);
     fprintf(out,
             "  --disk-probe-s S       seconds of each disk probe pattern (default 3; 0: no probe); the probe\n"
-            "                         runs at the start and again right before and after each tg row\n"
+            "                         runs at the start, and its expert pattern alone right before and after each tg row\n"
             "With --expert-cache (or the prefetch or pin lists), each row is one setting at one thread\n"
             "count, the model loaded again for it (the cache lives per load), the file's pages dropped\n"
             "from the page cache first; tg rows add a cold rate (the first repetition right after the\n"
@@ -1060,7 +1060,7 @@ static int ec_model_prepare(const bench_opts_t *o, const char *path, int mi, con
         const int readers = o->io_threads > 0 ? o->io_threads : 8;
         fprintf(stderr, "tern bench: disk probe on %s: sequential reads, then %d readers of one slot (%.1f s each)\n",
                 base_name(path), readers, o->disk_s);
-        if (bench_disk_probe(path, em->slot_bytes, readers, o->disk_s, &em->disk, msg, sizeof msg) == 0) {
+        if (bench_disk_probe(path, em->slot_bytes, readers, o->disk_s, 1, &em->disk, msg, sizeof msg) == 0) {
             em->disk_ok = 1;
             fprintf(stderr, "tern bench: disk under %s (%s): sequential %.2f GB/s, slot reads %.2f GB/s\n",
                     base_name(path), em->disk.direct ? "O_DIRECT" : "buffered", em->disk.seq_gbps, em->disk.rand_gbps);
@@ -1142,13 +1142,13 @@ static int ec_cold_run(const bench_opts_t *o, const tern_model_t *m, tern_contex
     return 0;
 }
 
-/* The disk's rate for the expert cache's pattern now (a probe of
- * o->disk_s seconds per pattern), or NAN. */
+/* The disk's rate for the expert cache's pattern now (o->disk_s seconds of
+ * that pattern alone), or NAN. */
 static double ec_disk_now(const bench_opts_t *o, const char *path, const ec_row_t *er) {
-    if (!er || !er->disk_ok || o->disk_s <= 0) return NAN;
+    if (!er->disk_ok || o->disk_s <= 0) return NAN;
     bench_disk_t d;
     char msg[256];
-    if (bench_disk_probe(path, er->slot_bytes, er->disk_readers, o->disk_s, &d, msg, sizeof msg)) return NAN;
+    if (bench_disk_probe(path, er->slot_bytes, er->disk_readers, o->disk_s, 0, &d, msg, sizeof msg)) return NAN;
     return d.rand_gbps;
 }
 
