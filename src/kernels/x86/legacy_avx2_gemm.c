@@ -34,6 +34,15 @@
  *    2 madds, 2 converts, 2 multiplies, 2-4 FMAs) and 68 for Q8_0 (32
  *    madds, 30 adds, 6 float): on a core with three vector ALU ports that
  *    count, not the loads, is the bound (measured).
+ *  - A group of at most 8 columns (batched decode of 5-8 sequences, the
+ *    last group of a GEMM) runs octet 0 only, in tiles of up to 8 rows
+ *    (the same registers as 4 rows x 2 octets): the second octet's lanes
+ *    would be zeros, and computing them doubled the time of 5-8 columns
+ *    (measured: docs/PERF.md). Per block and row that is 8 maddubs, 8
+ *    weight broadcasts and 8 adds; on Zen 3 those three alone take about
+ *    what the whole block takes (docs/PERF.md), so the broadcasts, one per
+ *    maddubs here against one per two with both octets, are what a faster
+ *    one-octet kernel would have to cut.
  *
  * GEMM with AVX-VNNI: vpdpbusd (unsigned x signed bytes, summed in int32,
  * never saturating) replaces maddubs + add + madd. The weights are the
@@ -80,7 +89,7 @@
 #if defined(__clang__)
 #define UNROLL_NT _Pragma("unroll")
 #else
-#define UNROLL_NT _Pragma("GCC unroll 4")
+#define UNROLL_NT _Pragma("GCC unroll 8")
 #endif
 
 /* prep's layout of one group of 16 columns, per block b:
@@ -119,6 +128,9 @@ TERN_INLINE int64_t f_kc(int f, bool v) {
 /* Rows per register tile (at most): 4 rows x 2 octets, 8 int16 sums in
  * flight, each activation vector loaded once for 4 rows. */
 #define GEMM_NT 4
+/* ... and on one octet (a group of at most 8 columns: half the sums per
+ * row, so twice the rows in the same registers). */
+#define GEMM_NT1 (2 * GEMM_NT)
 /* The AVX-VNNI GEMM (v): rows per tile (3 rows x 2 octets: 6 float
  * accumulators, 6 int32 sums, 2 activation vectors and a broadcast, all in
  * registers; 2 rows and 4 rows (spilling) were slower, measured:
@@ -225,45 +237,51 @@ TERN_INLINE __m256i bcast32(const char *p) {
  * products (k-slices 0..3, 4..7), each widened. Then one madd with ones.
  * Q8_0: per element pair, one madd of the int16 weight pair's broadcast
  * against the int16 acts, summed in int32. */
-TERN_INLINE void gemm_int(const char *const *q, int nt, const char *xb, int f, __m256i i[GEMM_NT][2]) {
+TERN_INLINE void gemm_int(const char *const *q, int nt, const char *xb, int f, const int no, __m256i i[GEMM_NT1][2]) {
     if (f == FMT_Q8_0) {
         _Pragma("GCC unroll 16") for (int p = 0; p < 16; p++) {
             const __m256i a0 = _mm256_loadu_si256((const __m256i *)(xb + 32 * p));
-            const __m256i a1 = _mm256_loadu_si256((const __m256i *)(xb + 512 + 32 * p));
+            const __m256i a1 = no == 2 ? _mm256_loadu_si256((const __m256i *)(xb + 512 + 32 * p)) : a0;
             UNROLL_NT for (int r = 0; r < nt; r++) {
                 const __m256i w = bcast32(q[r] + 4 * p);
-                const __m256i m0 = _mm256_madd_epi16(w, a0), m1 = _mm256_madd_epi16(w, a1);
+                const __m256i m0 = _mm256_madd_epi16(w, a0);
                 i[r][0] = p ? _mm256_add_epi32(i[r][0], m0) : m0;
-                i[r][1] = p ? _mm256_add_epi32(i[r][1], m1) : m1;
+                if (no == 2) {
+                    const __m256i m1 = _mm256_madd_epi16(w, a1);
+                    i[r][1] = p ? _mm256_add_epi32(i[r][1], m1) : m1;
+                }
             }
         }
         return;
     }
     const __m256i ones = _mm256_set1_epi16(1);
     const int per = f == FMT_Q5_1 ? 4 : 8; /* k-slices per int16 sum */
-    __m256i s[GEMM_NT][2];
+    __m256i s[GEMM_NT1][2];
     _Pragma("GCC unroll 8") for (int t = 0; t < 8; t++) {
         const __m256i a0 = _mm256_loadu_si256((const __m256i *)(xb + 32 * t));
-        const __m256i a1 = _mm256_loadu_si256((const __m256i *)(xb + 256 + 32 * t));
+        const __m256i a1 = no == 2 ? _mm256_loadu_si256((const __m256i *)(xb + 256 + 32 * t)) : a0;
         UNROLL_NT for (int r = 0; r < nt; r++) {
             const __m256i w = bcast32(q[r] + 4 * t);
-            const __m256i m0 = _mm256_maddubs_epi16(w, a0), m1 = _mm256_maddubs_epi16(w, a1);
+            const __m256i m0 = _mm256_maddubs_epi16(w, a0), m1 = no == 2 ? _mm256_maddubs_epi16(w, a1) : m0;
             if (t % per == 0) {
                 if (f_sh(f)) {
                     s[r][0] = _mm256_add_epi16(_mm256_loadu_si256((const __m256i *)(xb + GA_OFF_X)), m0);
-                    s[r][1] = _mm256_add_epi16(_mm256_loadu_si256((const __m256i *)(xb + GA_OFF_X + 32)), m1);
+                    if (no == 2) s[r][1] = _mm256_add_epi16(_mm256_loadu_si256((const __m256i *)(xb + GA_OFF_X + 32)), m1);
                 } else {
                     s[r][0] = m0;
-                    s[r][1] = m1;
+                    if (no == 2) s[r][1] = m1;
                 }
             } else {
                 s[r][0] = _mm256_add_epi16(s[r][0], m0);
-                s[r][1] = _mm256_add_epi16(s[r][1], m1);
+                if (no == 2) s[r][1] = _mm256_add_epi16(s[r][1], m1);
             }
             if (t % per == per - 1) {
-                const __m256i p0 = _mm256_madd_epi16(s[r][0], ones), p1 = _mm256_madd_epi16(s[r][1], ones);
+                const __m256i p0 = _mm256_madd_epi16(s[r][0], ones);
                 i[r][0] = t < per ? p0 : _mm256_add_epi32(i[r][0], p0);
-                i[r][1] = t < per ? p1 : _mm256_add_epi32(i[r][1], p1);
+                if (no == 2) {
+                    const __m256i p1 = _mm256_madd_epi16(s[r][1], ones);
+                    i[r][1] = t < per ? p1 : _mm256_add_epi32(i[r][1], p1);
+                }
             }
         }
     }
@@ -274,17 +292,17 @@ TERN_INLINE void gemm_int(const char *const *q, int nt, const char *xb, int f, _
  * accumulator acc_j of the block's chain j = b mod 4). Per (row, octet):
  * acc = fma(float(I), d_w * d_a, acc) (and the min FMA): the header's
  * float steps. */
-TERN_INLINE void gemm_blk(const char *const *row, int nt, int64_t nb, int64_t b, const char *xb, int f,
-                            __m256 acc[GEMM_NT][2]) {
+TERN_INLINE void gemm_blk(const char *const *row, int nt, int64_t nb, int64_t b, const char *xb, int f, const int no,
+                            __m256 acc[GEMM_NT1][2]) {
     const size_t dq = f_dq(f, false), od = f == FMT_Q8_0 ? GA8_OFF_D : GA_OFF_D;
-    const char *q[GEMM_NT];
+    const char *q[GEMM_NT1];
     UNROLL_NT for (int r = 0; r < nt; r++) q[r] = row[r] + (size_t)b * dq;
-    __m256i i[GEMM_NT][2];
-    gemm_int(q, nt, xb, f, i);
+    __m256i i[GEMM_NT1][2];
+    gemm_int(q, nt, xb, f, no, i);
     UNROLL_NT for (int r = 0; r < nt; r++) {
         const float *d = (const float *)(row[r] + (size_t)nb * dq);
         const __m256 dw = _mm256_broadcast_ss(d + b);
-        _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++) {
+        _Pragma("GCC unroll 2") for (int o = 0; o < no; o++) {
             acc[r][o] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i[r][o]),
                                         _mm256_mul_ps(dw, _mm256_loadu_ps((const float *)(xb + od + 32 * o))), acc[r][o]);
             if (f_min(f))
@@ -299,31 +317,49 @@ TERN_INLINE void gemm_blk(const char *const *row, int nt, int64_t nb, int64_t b,
  * tile keeps its 8 accumulators in registers over the chunk; larger ones
  * load and store them per block (in L1). */
 TERN_INLINE void gemm_tile(const char *const *row, int nt, int64_t nb, int64_t b0, int64_t b1, const char *xg, int f,
-                             float *st) {
+                             const int no, float *st) {
     const size_t ga = f_ga(f, false);
     if (nt == 1) {
-        __m256 acc[4][GEMM_NT][2];
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++)
+        __m256 acc[4][GEMM_NT1][2];
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) _Pragma("GCC unroll 2") for (int o = 0; o < no; o++)
             acc[j][0][o] = _mm256_loadu_ps(st + 8 * (4 * o + j));
         int64_t b = b0;
         for (; b + 4 <= b1; b += 4) {
             _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) gemm_blk(row, 1, nb, b + j,
-                                                                         xg + (size_t)(b + j) * ga, f, acc[j]);
+                                                                         xg + (size_t)(b + j) * ga, f, no, acc[j]);
         }
         _Pragma("GCC unroll 3") for (int j = 0; j < 3; j++) if (b + j < b1) gemm_blk(
-            row, 1, nb, b + j, xg + (size_t)(b + j) * ga, f, acc[j]);
-        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++)
+            row, 1, nb, b + j, xg + (size_t)(b + j) * ga, f, no, acc[j]);
+        _Pragma("GCC unroll 4") for (int j = 0; j < 4; j++) _Pragma("GCC unroll 2") for (int o = 0; o < no; o++)
             _mm256_storeu_ps(st + 8 * (4 * o + j), acc[j][0][o]);
         return;
     }
     for (int64_t b = b0; b < b1; b++) {
         const int j = (int)(b & 3);
-        __m256 acc[GEMM_NT][2];
-        UNROLL_NT for (int r = 0; r < nt; r++) _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++)
+        __m256 acc[GEMM_NT1][2];
+        UNROLL_NT for (int r = 0; r < nt; r++) _Pragma("GCC unroll 2") for (int o = 0; o < no; o++)
             acc[r][o] = _mm256_loadu_ps(st + 64 * r + 8 * (4 * o + j));
-        gemm_blk(row, nt, nb, b, xg + (size_t)b * ga, f, acc);
-        UNROLL_NT for (int r = 0; r < nt; r++) _Pragma("GCC unroll 2") for (int o = 0; o < 2; o++)
+        gemm_blk(row, nt, nb, b, xg + (size_t)b * ga, f, no, acc);
+        UNROLL_NT for (int r = 0; r < nt; r++) _Pragma("GCC unroll 2") for (int o = 0; o < no; o++)
             _mm256_storeu_ps(st + 64 * r + 8 * (4 * o + j), acc[r][o]);
+    }
+}
+
+/* A tile of n rows on octet 0 only (a group of at most 8 columns): n =
+ * 2 nt, nt, 2 or 1, each a constant in gemm_tile (nt = f_nt: 4, Q5_1 2). */
+TERN_INLINE void gemm_tile_one(const char *const *row, int n, int64_t nb, int64_t b0, int64_t b1, const char *xg,
+                                 int f, int64_t nt, float *st) {
+    if (n == 2 * nt) {
+        if (nt == GEMM_NT)
+            gemm_tile(row, 2 * GEMM_NT, nb, b0, b1, xg, f, 1, st);
+        else
+            gemm_tile(row, 4, nb, b0, b1, xg, f, 1, st);
+    } else if (n == nt && nt == GEMM_NT) {
+        gemm_tile(row, GEMM_NT, nb, b0, b1, xg, f, 1, st);
+    } else if (n == 2) {
+        gemm_tile(row, 2, nb, b0, b1, xg, f, 1, st);
+    } else {
+        gemm_tile(row, 1, nb, b0, b1, xg, f, 1, st);
     }
 }
 
@@ -541,22 +577,28 @@ TERN_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row_b
         for (int64_t c0 = 0; c0 < a->n; c0 += KERN_GEMM_GROUP) {
             const char *xg = (const char *)a->xg + (size_t)(c0 / KERN_GEMM_GROUP) * a->xg_group;
             const int ncols = a->n - c0 < KERN_GEMM_GROUP ? (int)(a->n - c0) : KERN_GEMM_GROUP;
+            /* a group of at most 8 columns: octet 0 only (the plain
+             * GEMM; its lanes past ncols are zeros, computed on) */
+            const bool one = !v && ncols <= 8;
             memset(state, 0, (size_t)nr * GEMM_STATE); /* every acc_j starts at +0 */
             for (int64_t b0 = 0; b0 < nb; b0 += kc) {
                 const int64_t b1 = nb - b0 < kc ? nb : b0 + kc;
                 for (int64_t r = 0; r < nr;) {
                     for (size_t o = 0; o < pf_step && pf < pf_end; o += 64, pf += 64) _mm_prefetch(pf, _MM_HINT_T1);
-                    const int64_t n = nr - r >= nt ? nt : nr - r >= 2 ? 2 : 1; /* tiles of nt, 2 or 1 rows */
-                    const char *rows[GEMM_NT];
-                    _Pragma("GCC unroll 4") for (int i = 0; i < GEMM_NT; i++) rows[i] = dec + (size_t)(r + (i < n ? i : 0)) * rs;
+                    /* tiles of nt (one octet: 2 nt), nt, 2 or 1 rows */
+                    const int64_t n = one && nr - r >= 2 * nt ? 2 * nt : nr - r >= nt ? nt : nr - r >= 2 ? 2 : 1;
+                    const char *rows[GEMM_NT1];
+                    _Pragma("GCC unroll 8") for (int i = 0; i < GEMM_NT1; i++) rows[i] = dec + (size_t)(r + (i < n ? i : 0)) * rs;
                     if (v)
                         vtile(rows, (int)n, nb, b0, b1, xg, state + r * sf);
+                    else if (one)
+                        gemm_tile_one(rows, (int)n, nb, b0, b1, xg, f, nt, state + r * sf);
                     else if (n == nt)
-                        gemm_tile(rows, (int)nt, nb, b0, b1, xg, f, state + r * sf);
+                        gemm_tile(rows, (int)nt, nb, b0, b1, xg, f, 2, state + r * sf);
                     else if (n == 2)
-                        gemm_tile(rows, 2, nb, b0, b1, xg, f, state + r * sf);
+                        gemm_tile(rows, 2, nb, b0, b1, xg, f, 2, state + r * sf);
                     else
-                        gemm_tile(rows, 1, nb, b0, b1, xg, f, state + r * sf);
+                        gemm_tile(rows, 1, nb, b0, b1, xg, f, 2, state + r * sf);
                     r += n;
                 }
             }
