@@ -56,6 +56,9 @@ static volatile int g_sink; /* keeps the results live */
 #define LD8                                                                                                    \
     "vmovdqu (%14),%8\n\tvmovdqu 32(%14),%9\n\tvmovdqu 64(%14),%10\n\tvmovdqu 96(%14),%11\n\t"                 \
     "vmovdqu 128(%14),%8\n\tvmovdqu 160(%14),%9\n\tvmovdqu 192(%14),%10\n\tvmovdqu 224(%14),%11\n\t"
+#define BCQ4 "vpbroadcastq (%14),%8\n\tvpbroadcastq 8(%14),%9\n\tvpbroadcastq 16(%14),%10\n\tvpbroadcastq 24(%14),%11\n\t"
+#define MWD1 "vpmaddwd %12,%13,%8\n\t"
+#define MWD2 "vpmaddwd %12,%13,%8\n\tvpmaddwd %12,%13,%9\n\t"
 #define MWD4 "vpmaddwd %12,%13,%8\n\tvpmaddwd %12,%13,%9\n\tvpmaddwd %12,%13,%10\n\tvpmaddwd %12,%13,%11\n\t"
 
 int main(void) {
@@ -77,5 +80,10 @@ int main(void) {
     ROW("8 vpmaddubsw + 8 vpbroadcastd", MUB BCD8);
     ROW("8 vpmaddubsw + 8 32-byte loads", MUB LD8);
     ROW("8 vpmaddubsw + 8 vpbroadcastd + 8 vpaddw (a GEMM row)", MUB BCD8 ADD4 ADD4);
+    /* one octet's block and row as run (+ its vpmaddwd), against a layout
+     * of 4 columns x 2 k-slices per vector: one qword broadcast per two
+     * vpmaddubsw, two vpmaddwd */
+    ROW("one octet: 8 mub, 8 bcast d, 8 add, 1 madd", MUB BCD8 ADD4 ADD4 MWD1);
+    ROW("4 cols x 2 slices: 8 mub, 4 bcast q, 8 add, 2 madd", MUB BCQ4 ADD4 ADD4 MWD2);
     return 0;
 }
