@@ -134,9 +134,13 @@ void kern_configure(const kern_options_t *o);
  * family fills the entries it implements, according to o (whose
  * sub-features must be ones the CPU has: pass kern_options() or
  * kern_options_default(), possibly with features turned off); the scalar
- * entry of every weight type must be filled (it is the oracle). They do
- * not check the ISA: the table's owner (dispatch.c) drops ISAs the CPU
- * cannot run. Tests call them to compare variants. */
+ * entry of every weight type must be filled (it is the oracle). They fill
+ * no ISA above kern_isa_best(): an ISA's entries are registered by code in
+ * that ISA's files, which are compiled for it as a whole (set-up code
+ * included: an AVX-512-built table initialiser once died with SIGILL on an
+ * AVX2 CPU), so that code runs only where the CPU has the ISA; the table's
+ * owner (dispatch.c) serves a missing ISA by the best one below it. Tests
+ * call them to compare variants. */
 typedef kern_ops_t kern_table_t[TYPE_COUNT][ISA_COUNT];
 void kern_register_float(kern_table_t t, const kern_options_t *o);  /* F32, F16, BF16 */
 void kern_register_legacy(kern_table_t t, const kern_options_t *o); /* Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 */

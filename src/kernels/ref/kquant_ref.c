@@ -157,8 +157,8 @@ void kern_register_kquant(kern_table_t t, const kern_options_t *o) {
     t[TYPE_Q5_K][ISA_SCALAR] = (kern_ops_t){.dot = dot_q5_K_ref, .act = act_q8_K_ref, .rows = dot_rows_q5_K_ref};
     t[TYPE_Q6_K][ISA_SCALAR] = (kern_ops_t){.dot = dot_q6_K_ref, .act = act_q8_K_ref, .rows = dot_rows_q6_K_ref};
 #if defined(__x86_64__)
-    kquant_register_avx2(t, o);
-    kquant_register_avx512(t, o);
+    if (kern_isa_best() >= ISA_AVX2) kquant_register_avx2(t, o); /* see kernels.h */
+    if (kern_isa_best() >= ISA_AVX512) kquant_register_avx512(t, o);
 #else
     (void)o;
 #endif

@@ -306,8 +306,9 @@ void kern_register_float(kern_table_t t, const kern_options_t *o) {
     t[TYPE_F16][ISA_SCALAR] = (kern_ops_t){.dot = dot_f16_ref, .act = legacy_act_copy};
     t[TYPE_BF16][ISA_SCALAR] = (kern_ops_t){.dot = dot_bf16_ref, .act = legacy_act_copy};
 #if defined(__x86_64__)
-    legacy_register_float_avx2(t, o);
-    legacy_register_float_avx512(t, o);
+    /* an ISA's file registers only where the CPU has the ISA (kernels.h) */
+    if (kern_isa_best() >= ISA_AVX2) legacy_register_float_avx2(t, o);
+    if (kern_isa_best() >= ISA_AVX512) legacy_register_float_avx512(t, o);
 #else
     (void)o;
 #endif
@@ -321,8 +322,8 @@ void kern_register_legacy(kern_table_t t, const kern_options_t *o) {
     t[TYPE_Q5_1][ISA_SCALAR] = (kern_ops_t){.dot = dot_q5_1_ref, .act = act_q8_1_ref};
     t[TYPE_Q8_0][ISA_SCALAR] = (kern_ops_t){.dot = dot_q8_0_ref, .act = act_q8_0_ref};
 #if defined(__x86_64__)
-    legacy_register_blocks_avx2(t, o);
-    legacy_register_blocks_avx512(t, o);
+    if (kern_isa_best() >= ISA_AVX2) legacy_register_blocks_avx2(t, o);
+    if (kern_isa_best() >= ISA_AVX512) legacy_register_blocks_avx512(t, o);
 #else
     (void)o;
 #endif
