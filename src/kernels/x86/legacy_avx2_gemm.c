@@ -346,21 +346,18 @@ TERN_INLINE void gemm_tile(const char *const *row, int nt, int64_t nb, int64_t b
 }
 
 /* A tile of n rows on octet 0 only (a group of at most 8 columns): n =
- * 2 nt, nt, 2 or 1, each a constant in gemm_tile (nt = f_nt: 4, Q5_1 2). */
+ * 2 nt, nt, 2 or 1 (nt = f_nt: 4, Q5_1 2), each a constant in gemm_tile. */
 TERN_INLINE void gemm_tile_one(const char *const *row, int n, int64_t nb, int64_t b0, int64_t b1, const char *xg,
-                                 int f, int64_t nt, float *st) {
-    if (n == 2 * nt) {
-        if (nt == GEMM_NT)
-            gemm_tile(row, 2 * GEMM_NT, nb, b0, b1, xg, f, 1, st);
-        else
-            gemm_tile(row, 4, nb, b0, b1, xg, f, 1, st);
-    } else if (n == nt && nt == GEMM_NT) {
-        gemm_tile(row, GEMM_NT, nb, b0, b1, xg, f, 1, st);
-    } else if (n == 2) {
+                                 int f, float *st) {
+    _Static_assert(GEMM_NT1 == 8 && GEMM_NT == 4, "one-octet tiles of 8, 4, 2 and 1 rows");
+    if (n == 8)
+        gemm_tile(row, 8, nb, b0, b1, xg, f, 1, st);
+    else if (n == 4)
+        gemm_tile(row, 4, nb, b0, b1, xg, f, 1, st);
+    else if (n == 2)
         gemm_tile(row, 2, nb, b0, b1, xg, f, 1, st);
-    } else {
+    else
         gemm_tile(row, 1, nb, b0, b1, xg, f, 1, st);
-    }
 }
 
 /* ---- GEMM with AVX-VNNI ---------------------------------------------------
@@ -592,7 +589,7 @@ TERN_INLINE void gemm_run(const kern_gemm_args_t *a, const void *w, size_t row_b
                     if (v)
                         vtile(rows, (int)n, nb, b0, b1, xg, state + r * sf);
                     else if (one)
-                        gemm_tile_one(rows, (int)n, nb, b0, b1, xg, f, nt, state + r * sf);
+                        gemm_tile_one(rows, (int)n, nb, b0, b1, xg, f, state + r * sf);
                     else if (n == nt)
                         gemm_tile(rows, (int)nt, nb, b0, b1, xg, f, 2, state + r * sf);
                     else if (n == 2)
