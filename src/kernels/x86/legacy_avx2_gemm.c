@@ -39,10 +39,11 @@
  *    (the same registers as 4 rows x 2 octets): the second octet's lanes
  *    would be zeros, and computing them doubled the time of 5-8 columns
  *    (measured: docs/PERF.md). Per block and row that is 8 maddubs, 8
- *    weight broadcasts and 8 adds; on Zen 3 those three alone take about
- *    what the whole block takes (docs/PERF.md), so the broadcasts, one per
- *    maddubs here against one per two with both octets, are what a faster
- *    one-octet kernel would have to cut.
+ *    weight broadcasts and 8 adds; on Zen 3 those three alone take most of
+ *    what the whole block takes (docs/PERF.md): only fewer instructions
+ *    per product could make it faster (a layout sharing each broadcast
+ *    between two maddubs was timed as an instruction mix and did not
+ *    separate from this one).
  *
  * GEMM with AVX-VNNI: vpdpbusd (unsigned x signed bytes, summed in int32,
  * never saturating) replaces maddubs + add + madd. The weights are the
