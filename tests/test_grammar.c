@@ -127,6 +127,14 @@ static void test_text_matching(void **st) {
     assert_false(matches(g, "[1]"));
     assert_false(matches(g, "{\"a\": \"\x01\"}"));
     grammar_free(g);
+
+    /* "[^]" excludes nothing: any one character (an empty range list, which
+     * once reached qsort as a null pointer; found by fuzz_grammar). */
+    g = compile("root ::= \"<\" [^] [^]* \">\"\n", g_voc);
+    assert_true(matches(g, "<a>"));
+    assert_true(matches(g, "<\xc3\xa9]\n\xf0\x9f\x98\x80>"));
+    assert_false(matches(g, "<>"));
+    grammar_free(g);
 }
 
 /* Hostile and broken grammars: each a clear error naming what is wrong. */

@@ -379,7 +379,9 @@ static int crange_cmp(const void *a, const void *b) {
 /* Append ranges tmp[0..n) sorted and merged to the grammar's range list;
  * returns a CHAR element. */
 static int make_char(parser_t *p, crange_t *tmp, size_t n, bool neg, elem_t *out) {
-    qsort(tmp, n, sizeof *tmp, crange_cmp);
+    /* n == 0 comes from "[]" or "[^]"; tmp may then be NULL, which qsort and
+     * memcpy must not see even with a zero count. */
+    if (n) qsort(tmp, n, sizeof *tmp, crange_cmp);
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         if (k && tmp[i].lo <= tmp[k - 1].hi + 1) {
@@ -396,7 +398,7 @@ static int make_char(parser_t *p, crange_t *tmp, size_t n, bool neg, elem_t *out
         p->ranges = nr;
         p->cap_ranges = nc;
     }
-    memcpy(p->ranges + p->n_ranges, tmp, k * sizeof *tmp);
+    if (k) memcpy(p->ranges + p->n_ranges, tmp, k * sizeof *tmp);
     out->kind = E_CHAR;
     out->neg = neg;
     out->n = (uint32_t)k;
