@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/argmax.h"
 #include "text/sampler.h"
 
 static tern_sampler_params_t neutral(void) {
@@ -823,6 +824,47 @@ static void test_accept_out_of_range(void **state) {
     sampler_free(s);
 }
 
+/* argmax_f32 (AVX2 where the CPU has it) against the loop that defines it,
+ * on lengths around the vector widths and a vocabulary's size, with ties,
+ * signed zeros, infinities and NaNs placed at random. */
+static void test_argmax_matches_loop(void **state) {
+    (void)state;
+    enum { NMAX = 152000 };
+    float *x = malloc(NMAX * sizeof *x);
+    assert_non_null(x);
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    static const int lens[] = {0, 1, 2, 7, 8, 9, 31, 32, 33, 63, 64, 65, 100, 257, 4096, 151936};
+    /* per mode 2..5: the specials sprinkled (NaN alone, so that no +inf
+     * hides a lane that lost its maximum) */
+    static const float specials[4][4] = {{NAN, NAN, NAN, NAN},
+                                         {NAN, 0.0f, -0.0f, NAN},
+                                         {0.0f, -0.0f, INFINITY, NAN},
+                                         {-INFINITY, NAN, 3.5f, -3.5f}};
+    int checked = 0, nonzero = 0;
+    for (int li = 0; li < (int)(sizeof lens / sizeof lens[0]); li++) {
+        const int n = lens[li];
+        for (int trial = 0; trial < 60; trial++) {
+            const int mode = trial % 6; /* 0 random, 1 few values (ties), 2-5 specials sprinkled */
+            for (int i = 0; i < n; i++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                const uint32_t u = (uint32_t)(r >> 32);
+                x[i] = mode == 1 ? (float)(u % 4) : (float)u / 4294967296.0f * 20.0f - 10.0f;
+                if (mode >= 2 && u % (unsigned)(2 + mode * 3) == 0) x[i] = specials[mode - 2][(u >> 8) % 4];
+            }
+            if (trial == 7 && n > 0) x[0] = NAN;                      /* the loop stays at 0 */
+            if (trial == 8) for (int i = 0; i < n; i++) x[i] = -INFINITY;
+            if (trial == 9) for (int i = 0; i < n; i++) x[i] = i % 2 ? NAN : -INFINITY;
+            if (trial == 10 && n > 1) { for (int i = 0; i < n; i++) x[i] = -0.0f; x[n - 1] = 0.0f; }
+            const int32_t want = argmax_f32_ref(x, n), got = argmax_f32(x, n);
+            if (got != want) fail_msg("n %d trial %d: argmax_f32 %d, the loop %d", n, trial, got, want);
+            checked++;
+            nonzero += want != 0;
+        }
+    }
+    assert_true(checked > 900 && nonzero > 300); /* the cases were not all trivial */
+    free(x);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_and_ties),  cmocka_unit_test(test_plain_distribution),
@@ -839,6 +881,7 @@ int main(void) {
         cmocka_unit_test(test_snapshot_restore),
         cmocka_unit_test(test_state_load_rejects),
         cmocka_unit_test(test_accept_out_of_range),
+        cmocka_unit_test(test_argmax_matches_loop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

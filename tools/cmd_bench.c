@@ -22,7 +22,8 @@
  * for each N, N sequences each get a prompt of -p tokens (default 16 in
  * this mode; evaluated in one tern_decode call, untimed), then -n steps are
  * timed, each ONE tern_decode call of N entries (one token per sequence,
- * logits wanted, the argmax fed back). tok_s = N * steps / time (all
+ * logits wanted, the token of a greedy tern sampler fed back, as a
+ * server at temperature 0 picks it). tok_s = N * steps / time (all
  * sequences together), tok_s_per_seq = that / N, and each row N > 1 is
  * compared with the N = 1 row of the same thread count, prompt and steps
  * (speedup). The weights are read once per step, so the weights GB/s and
@@ -424,19 +425,13 @@ static int run_test(tern_context_t *c, const int32_t *ids, int n, int is_tg, dou
     return 0;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t v = 1; v < n; v++)
-        if (x[v] > x[best]) best = v;
-    return best;
-}
-
 /* The buffers of the -np tests. */
 typedef struct {
     tern_batch_entry_t *e; /* np_max * max(pp_max, 1) entries */
     int32_t *tok;          /* np_max: each sequence's next token */
     int32_t *prompts;      /* sequence s's prompt at s * pp_stride */
     int pp_stride;
+    tern_sampler_t *greedy; /* temperature 0: the token fed back (np_tests) */
 } np_buf_t;
 
 static int np_remove(tern_context_t *c, int n_seq, tern_error_t *err) {
@@ -447,10 +442,10 @@ static int np_remove(tern_context_t *c, int n_seq, tern_error_t *err) {
 
 /* One -np repetition: sequences 0 .. n_seq-1 each take their prompt of
  * n_prompt tokens (one tern_decode call, untimed), then n_steps tern_decode
- * calls of n_seq entries (one token per sequence, logits wanted, the argmax
- * fed back) are timed; *dispatches: the pool runs of those calls. The
+ * calls of n_seq entries (one token per sequence, logits wanted, the greedy
+ * sampler's token fed back) are timed; *dispatches: the pool runs of those calls. The
  * sequences are removed before and after. */
-static int run_parallel(tern_context_t *c, np_buf_t *b, int n_seq, int n_prompt, int n_steps, int32_t n_vocab,
+static int run_parallel(tern_context_t *c, np_buf_t *b, int n_seq, int n_prompt, int n_steps,
                         double *seconds, uint64_t *dispatches, tern_error_t *err) {
     if (np_remove(c, n_seq, err)) return -1;
     if (n_prompt > 0) {
@@ -466,7 +461,7 @@ static int run_parallel(tern_context_t *c, np_buf_t *b, int n_seq, int n_prompt,
                 snprintf(err->msg, sizeof err->msg, "bench: no logits for the prompt of sequence %d", s);
                 return -1;
             }
-            b->tok[s] = argmax(lg, n_vocab);
+            b->tok[s] = tern_sampler_sample(b->greedy, lg);
         }
     } else {
         for (int s = 0; s < n_seq; s++) b->tok[s] = b->prompts[(size_t)s * b->pp_stride];
@@ -483,7 +478,7 @@ static int run_parallel(tern_context_t *c, np_buf_t *b, int n_seq, int n_prompt,
                 snprintf(err->msg, sizeof err->msg, "bench: no logits for entry %d of step %d", s, step);
                 return -1;
             }
-            b->tok[s] = argmax(lg, n_vocab);
+            b->tok[s] = tern_sampler_sample(b->greedy, lg);
         }
     }
     *seconds = now_s() - w0;
@@ -885,13 +880,33 @@ static double np_speedup(const row_t *rows, int n, const row_t *r) {
     return NAN;
 }
 
+static int np_tests_run(const bench_opts_t *o, int mi, const tern_model_t *m, int th, tern_context_t *c, double probe_gbps,
+                        void *pbuf, size_t probe_bytes, np_buf_t *nb, double *secs, double *pass, double *pct,
+                        row_t *rows, int *n_rows);
+
 /* The -np rows of one context: prompt lengths x steps x sequence counts. */
 static int np_tests(const bench_opts_t *o, int mi, const tern_model_t *m, tern_context_t *c, double probe_gbps,
                     void *pbuf, size_t probe_bytes, np_buf_t *nb, double *secs, double *pass, double *pct, row_t *rows,
                     int *n_rows) {
     tern_error_t err = {0};
-    const int32_t n_vocab = tern_model_n_vocab(m);
     const int th = tern_context_threads(c);
+    tern_sampler_params_t sp = tern_sampler_default_params();
+    sp.temp = 0;
+    nb->greedy = tern_sampler_create(m, &sp, &err);
+    if (!nb->greedy) {
+        fprintf(stderr, "tern bench: %s\n", err.msg);
+        return -1;
+    }
+    const int rc = np_tests_run(o, mi, m, th, c, probe_gbps, pbuf, probe_bytes, nb, secs, pass, pct, rows, n_rows);
+    tern_sampler_free(nb->greedy);
+    nb->greedy = NULL;
+    return rc;
+}
+
+static int np_tests_run(const bench_opts_t *o, int mi, const tern_model_t *m, int th, tern_context_t *c, double probe_gbps,
+                        void *pbuf, size_t probe_bytes, np_buf_t *nb, double *secs, double *pass, double *pct,
+                        row_t *rows, int *n_rows) {
+    tern_error_t err = {0};
     for (int pi = 0; pi < o->pp.n; pi++)
         for (int gi = 0; gi < o->tg.n; gi++)
             for (int k = 0; k < o->np.n; k++) {
@@ -899,13 +914,13 @@ static int np_tests(const bench_opts_t *o, int mi, const tern_model_t *m, tern_c
                 if (n_steps == 0) continue;
                 double warm;
                 uint64_t d, disp = 0;
-                if (run_parallel(c, nb, n_seq, n_prompt, n_steps, n_vocab, &warm, &d, &err)) {
+                if (run_parallel(c, nb, n_seq, n_prompt, n_steps, &warm, &d, &err)) {
                     fprintf(stderr, "tern bench: %s\n", err.msg);
                     return -1;
                 }
                 for (int r = 0; r < o->reps; r++) {
                     pass[r] = pbuf ? bench_probe_pass_gbps(th, pbuf, probe_bytes) : -1.0;
-                    if (run_parallel(c, nb, n_seq, n_prompt, n_steps, n_vocab, &secs[r], &d, &err)) {
+                    if (run_parallel(c, nb, n_seq, n_prompt, n_steps, &secs[r], &d, &err)) {
                         fprintf(stderr, "tern bench: %s\n", err.msg);
                         return -1;
                     }

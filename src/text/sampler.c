@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/argmax.h"
 #include "core/common.h"
 #include "text/grammar.h"
 
@@ -559,12 +560,7 @@ int32_t sampler_sample(sampler_t *s, const float *logits) {
     if (s->stages[s->n_stages - 1].kind == TERN_STAGE_GREEDY) {
         bool plain = true;
         for (int i = 0; i < s->n_stages - 1 && plain; i++) plain = !changes_logits(s, &s->stages[i]);
-        if (plain) { /* greedy on the caller's logits: first maximum */
-            int32_t best = 0;
-            for (int32_t i = 1; i < V; i++)
-                if (logits[i] > logits[best]) best = i;
-            return best;
-        }
+        if (plain) return argmax_f32(logits, V); /* greedy on the caller's logits: first maximum */
     }
     cset_t cs = {s->cand, V, true, false, 1.0f, -1};
     for (int32_t i = 0; i < V; i++) {
