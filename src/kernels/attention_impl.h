@@ -8,11 +8,21 @@
 
 #include <stddef.h>
 
-/* s[t] = scale * (q . k_t) for t < nt. */
-typedef void (*attn_scores_fn)(const float *q, const void *k, size_t kstride, int nt, int hd, float scale,
-                               float *s);
-/* acc += p[t] * v_t for t < nt, in order of t. */
-typedef void (*attn_accum_fn)(float *acc, const float *p, const void *v, size_t vstride, int nt, int hd);
+/* Up to ATTN_GMAX query heads of one GQA group share each K / V row: the
+ * inner loops take them together, so an F16 row is converted once for all
+ * of them. Head h's query is q + h * qstride, its scores s + h * sstride,
+ * its weights p + h * pstride, its accumulator acc + h * accstride. Every
+ * head's float operations are those of a one-head call, in the same order
+ * (the heads only share the loads and conversions), so the grouping does
+ * not change a bit. */
+#define ATTN_GMAX 4
+
+/* s_h[t] = scale * (q_h . k_t) for t < nt, h < nh. */
+typedef void (*attn_scores_fn)(const float *q, size_t qstride, int nh, const void *k, size_t kstride, int nt, int hd,
+                               float scale, float *s, size_t sstride);
+/* acc_h += p_h[t] * v_t for t < nt, in order of t, h < nh. */
+typedef void (*attn_accum_fn)(float *acc, size_t accstride, const float *p, size_t pstride, int nh, const void *v,
+                              size_t vstride, int nt, int hd);
 
 typedef struct {
     attn_scores_fn scores;
