@@ -22,6 +22,7 @@
  * AVX2/F16C ones (used for ISA_AVX2 and ISA_AVX512).
  */
 #include <math.h>
+#include <stdbool.h>
 
 #include "kernels/attention_impl.h"
 #include "core/common.h"
@@ -31,50 +32,57 @@
 
 /* ---- scalar reference inner loops --------------------------------------- */
 
-static void scores_f32(const float *q, size_t qstride, int nh, const void *k, size_t kstride, int nt, int hd,
-                       float scale, float *s, size_t sstride) {
-    for (int h = 0; h < nh; h++)
-        for (int t = 0; t < nt; t++) {
-            const float *kr = (const float *)((const char *)k + (size_t)t * kstride);
+/* Row t of a cache tile as floats: the row itself (F32) or its exact
+ * conversion into buf (F16). */
+static const float *row_f32(const void *base, size_t stride, int t, int hd, bool f16, float *buf) {
+    const char *r = (const char *)base + (size_t)t * stride;
+    if (!f16) return (const float *)r;
+    for (int d = 0; d < hd; d++) buf[d] = fp16_to_f32(((const fp16_t *)r)[d]);
+    return buf;
+}
+
+static void scores(const float *q, size_t qstride, int nh, const void *k, size_t kstride, int nt, int hd, float scale,
+                   float *s, size_t sstride, bool f16) {
+    float buf[KERN_ATTN_MAX_HEAD_DIM];
+    for (int t = 0; t < nt; t++) {
+        const float *kr = row_f32(k, kstride, t, hd, f16, buf);
+        for (int h = 0; h < nh; h++) {
             const float *qh = q + (size_t)h * qstride;
             float sum = 0.0f;
             for (int d = 0; d < hd; d++) sum += qh[d] * kr[d];
             s[(size_t)h * sstride + (size_t)t] = sum * scale;
         }
+    }
 }
 
-static void scores_f16(const float *q, size_t qstride, int nh, const void *k, size_t kstride, int nt, int hd,
-                       float scale, float *s, size_t sstride) {
-    for (int h = 0; h < nh; h++)
-        for (int t = 0; t < nt; t++) {
-            const fp16_t *kr = (const fp16_t *)((const char *)k + (size_t)t * kstride);
-            const float *qh = q + (size_t)h * qstride;
-            float sum = 0.0f;
-            for (int d = 0; d < hd; d++) sum += qh[d] * fp16_to_f32(kr[d]);
-            s[(size_t)h * sstride + (size_t)t] = sum * scale;
-        }
-}
-
-static void accum_f32(float *acc, size_t accstride, const float *p, size_t pstride, int nh, const void *v,
-                      size_t vstride, int nt, int hd) {
-    for (int h = 0; h < nh; h++)
-        for (int t = 0; t < nt; t++) {
-            const float *vr = (const float *)((const char *)v + (size_t)t * vstride);
+static void accum(float *acc, size_t accstride, const float *p, size_t pstride, int nh, const void *v, size_t vstride,
+                  int nt, int hd, bool f16) {
+    float buf[KERN_ATTN_MAX_HEAD_DIM];
+    for (int t = 0; t < nt; t++) {
+        const float *vr = row_f32(v, vstride, t, hd, f16, buf);
+        for (int h = 0; h < nh; h++) {
             const float pt = p[(size_t)h * pstride + (size_t)t];
             float *ah = acc + (size_t)h * accstride;
             for (int d = 0; d < hd; d++) ah[d] += pt * vr[d];
         }
+    }
 }
 
+static void scores_f32(const float *q, size_t qstride, int nh, const void *k, size_t kstride, int nt, int hd,
+                       float scale, float *s, size_t sstride) {
+    scores(q, qstride, nh, k, kstride, nt, hd, scale, s, sstride, false);
+}
+static void scores_f16(const float *q, size_t qstride, int nh, const void *k, size_t kstride, int nt, int hd,
+                       float scale, float *s, size_t sstride) {
+    scores(q, qstride, nh, k, kstride, nt, hd, scale, s, sstride, true);
+}
+static void accum_f32(float *acc, size_t accstride, const float *p, size_t pstride, int nh, const void *v,
+                      size_t vstride, int nt, int hd) {
+    accum(acc, accstride, p, pstride, nh, v, vstride, nt, hd, false);
+}
 static void accum_f16(float *acc, size_t accstride, const float *p, size_t pstride, int nh, const void *v,
                       size_t vstride, int nt, int hd) {
-    for (int h = 0; h < nh; h++)
-        for (int t = 0; t < nt; t++) {
-            const fp16_t *vr = (const fp16_t *)((const char *)v + (size_t)t * vstride);
-            const float pt = p[(size_t)h * pstride + (size_t)t];
-            float *ah = acc + (size_t)h * accstride;
-            for (int d = 0; d < hd; d++) ah[d] += pt * fp16_to_f32(vr[d]);
-        }
+    accum(acc, accstride, p, pstride, nh, v, vstride, nt, hd, true);
 }
 
 const attn_vt_t attn_vt_scalar[2] = {{scores_f32, accum_f32}, {scores_f16, accum_f16}};

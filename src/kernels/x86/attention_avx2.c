@@ -6,6 +6,7 @@
  * the fused multiply-add.
  */
 #include <immintrin.h>
+#include <stdbool.h>
 
 #include "kernels/attention_impl.h"
 #include "format/quant.h"
@@ -51,58 +52,74 @@ static inline void row_f16(float *out, const fp16_t *r, int hd) {
     for (; d < hd; d++) out[d] = fp16_to_f32(r[d]);
 }
 
-static void scores_f32(const float *q, size_t qstride, int nh, const void *k, size_t kstride, int nt, int hd,
-                       float scale, float *s, size_t sstride) {
-    for (int t = 0; t < nt; t++) {
-        const float *kr = (const float *)((const char *)k + (size_t)t * kstride);
-        for (int h = 0; h < nh; h++) s[(size_t)h * sstride + (size_t)t] = score_row(q + (size_t)h * qstride, kr, hd) * scale;
-    }
-}
-
-/* F16 rows are converted ATTN_CHUNK at a time into floats (exact), the
- * next chunk's lines prefetched: the conversions of a chunk are
- * independent loads, so the cache misses of its rows overlap, as they did
- * when one head at a time streamed a tile; then every head computes on the
- * chunk from L1. */
+/* Rows are taken ATTN_CHUNK at a time, the next chunk's lines prefetched;
+ * F16 rows are converted into buf (exact) first. The conversions of a
+ * chunk are independent loads, so the cache misses of its rows overlap, as
+ * they did when one head at a time streamed a tile; then every head
+ * computes on the chunk from L1. rows[t] = row t0 + t as floats; returns
+ * the chunk's row count. */
 #define ATTN_CHUNK 8
 
-static void prefetch_rows(const void *base, size_t stride, int t0, int t1, size_t bytes) {
-    for (int t = t0; t < t1; t++)
+static int chunk_rows(const void *base, size_t stride, int t0, int nt, int hd, bool f16,
+                      float (*buf)[KERN_ATTN_MAX_HEAD_DIM], const float **rows) {
+    const int n = nt - t0 < ATTN_CHUNK ? nt - t0 : ATTN_CHUNK;
+    const int p1 = nt - t0 - n < ATTN_CHUNK ? nt : t0 + n + ATTN_CHUNK;
+    const size_t bytes = (size_t)hd * (f16 ? sizeof(fp16_t) : sizeof(float));
+    for (int t = t0 + n; t < p1; t++)
         for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)base + (size_t)t * stride + o, _MM_HINT_T0);
+    for (int t = 0; t < n; t++) {
+        const char *r = (const char *)base + (size_t)(t0 + t) * stride;
+        if (f16) {
+            row_f16(buf[t], (const fp16_t *)r, hd);
+            rows[t] = buf[t];
+        } else {
+            rows[t] = (const float *)r;
+        }
+    }
+    return n;
 }
 
+static void scores(const float *q, size_t qstride, int nh, const void *k, size_t kstride, int nt, int hd, float scale,
+                   float *s, size_t sstride, bool f16) {
+    float buf[ATTN_CHUNK][KERN_ATTN_MAX_HEAD_DIM];
+    const float *rows[ATTN_CHUNK];
+    for (int t0 = 0; t0 < nt;) {
+        const int n = chunk_rows(k, kstride, t0, nt, hd, f16, buf, rows);
+        for (int t = 0; t < n; t++)
+            for (int h = 0; h < nh; h++)
+                s[(size_t)h * sstride + (size_t)(t0 + t)] = score_row(q + (size_t)h * qstride, rows[t], hd) * scale;
+        t0 += n;
+    }
+}
+
+static void accum(float *acc, size_t accstride, const float *p, size_t pstride, int nh, const void *v, size_t vstride,
+                  int nt, int hd, bool f16) {
+    float buf[ATTN_CHUNK][KERN_ATTN_MAX_HEAD_DIM];
+    const float *rows[ATTN_CHUNK];
+    for (int t0 = 0; t0 < nt;) {
+        const int n = chunk_rows(v, vstride, t0, nt, hd, f16, buf, rows);
+        for (int t = 0; t < n; t++)
+            for (int h = 0; h < nh; h++)
+                accum_row(acc + (size_t)h * accstride, p[(size_t)h * pstride + (size_t)(t0 + t)], rows[t], hd);
+        t0 += n;
+    }
+}
+
+static void scores_f32(const float *q, size_t qstride, int nh, const void *k, size_t kstride, int nt, int hd,
+                       float scale, float *s, size_t sstride) {
+    scores(q, qstride, nh, k, kstride, nt, hd, scale, s, sstride, false);
+}
 static void scores_f16(const float *q, size_t qstride, int nh, const void *k, size_t kstride, int nt, int hd,
                        float scale, float *s, size_t sstride) {
-    float kf[ATTN_CHUNK][KERN_ATTN_MAX_HEAD_DIM];
-    for (int t0 = 0; t0 < nt; t0 += ATTN_CHUNK) {
-        const int n = nt - t0 < ATTN_CHUNK ? nt - t0 : ATTN_CHUNK;
-        prefetch_rows(k, kstride, t0 + n, nt - t0 - n < ATTN_CHUNK ? nt : t0 + n + ATTN_CHUNK, (size_t)hd * 2);
-        for (int t = 0; t < n; t++) row_f16(kf[t], (const fp16_t *)((const char *)k + (size_t)(t0 + t) * kstride), hd);
-        for (int t = 0; t < n; t++)
-            for (int h = 0; h < nh; h++)
-                s[(size_t)h * sstride + (size_t)(t0 + t)] = score_row(q + (size_t)h * qstride, kf[t], hd) * scale;
-    }
+    scores(q, qstride, nh, k, kstride, nt, hd, scale, s, sstride, true);
 }
-
 static void accum_f32(float *acc, size_t accstride, const float *p, size_t pstride, int nh, const void *v,
                       size_t vstride, int nt, int hd) {
-    for (int t = 0; t < nt; t++) {
-        const float *vr = (const float *)((const char *)v + (size_t)t * vstride);
-        for (int h = 0; h < nh; h++) accum_row(acc + (size_t)h * accstride, p[(size_t)h * pstride + (size_t)t], vr, hd);
-    }
+    accum(acc, accstride, p, pstride, nh, v, vstride, nt, hd, false);
 }
-
 static void accum_f16(float *acc, size_t accstride, const float *p, size_t pstride, int nh, const void *v,
                       size_t vstride, int nt, int hd) {
-    float vf[ATTN_CHUNK][KERN_ATTN_MAX_HEAD_DIM];
-    for (int t0 = 0; t0 < nt; t0 += ATTN_CHUNK) {
-        const int n = nt - t0 < ATTN_CHUNK ? nt - t0 : ATTN_CHUNK;
-        prefetch_rows(v, vstride, t0 + n, nt - t0 - n < ATTN_CHUNK ? nt : t0 + n + ATTN_CHUNK, (size_t)hd * 2);
-        for (int t = 0; t < n; t++) row_f16(vf[t], (const fp16_t *)((const char *)v + (size_t)(t0 + t) * vstride), hd);
-        for (int t = 0; t < n; t++)
-            for (int h = 0; h < nh; h++)
-                accum_row(acc + (size_t)h * accstride, p[(size_t)h * pstride + (size_t)(t0 + t)], vf[t], hd);
-    }
+    accum(acc, accstride, p, pstride, nh, v, vstride, nt, hd, true);
 }
 
 const attn_vt_t attn_vt_avx2[2] = {{scores_f32, accum_f32}, {scores_f16, accum_f16}};
