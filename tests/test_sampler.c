@@ -420,6 +420,55 @@ static void test_default_chain_matches_reference(void **state) {
     free(c);
 }
 
+
+/* Full sorts of a large set (no top-k: OpenAI's default request) go
+ * through the radix sort: the same draws as the reference's qsort, with
+ * ties, +-0 and +-inf among the logits, with and without penalties. */
+static void test_full_sort_matches_reference(void **state) {
+    (void)state;
+    const int32_t V = 30000;
+    const int steps = tu_quick() ? 12 : 40;
+    float *l = malloc((size_t)V * sizeof *l), *prob = malloc((size_t)V * sizeof *prob);
+    ref_c *c = malloc((size_t)V * sizeof *c);
+    assert_true(l && prob && c);
+    tern_sampler_params_t cfg[3];
+    for (int k = 0; k < 3; k++) cfg[k] = neutral();
+    cfg[0].temp = 1.0f, cfg[0].seed = 5;
+    cfg[1].temp = 0.7f, cfg[1].top_p = 0.9f, cfg[1].min_p = 0.001f, cfg[1].seed = 6;
+    cfg[2].temp = 1.2f, cfg[2].repeat_penalty = 1.2f, cfg[2].presence_penalty = 0.3f, cfg[2].repeat_last_n = 8,
+    cfg[2].seed = 7;
+    for (int k = 0; k < 3; k++) {
+        sampler_t *s = mk(&cfg[k], V);
+        int32_t win[64];
+        int nw = 0, head = 0;
+        uint64_t rng = cfg[k].seed, r = 99 + (uint64_t)k;
+        for (int t = 0; t < steps; t++) {
+            for (int32_t i = 0; i < V; i++) l[i] = (t % 3 ? 2.0f : 0.05f) * tu_randn(&r);
+            if (t % 4 == 1)
+                for (int32_t i = 0; i < V; i += 3) l[i] = (float)(i % 5); /* long ties */
+            if (t % 4 == 2) l[0] = -0.0f, l[1] = 0.0f, l[2] = -INFINITY, l[V - 1] = -0.0f;
+            if (t % 8 == 3) l[t] = INFINITY;
+            if (t % 8 == 5) { /* the mass on 100 zeros of both signs: -0 and +0 must tie (by id) */
+                for (int32_t i = 0; i < V; i++) l[i] = -60.0f;
+                for (int32_t i = 0; i < 100; i++) l[7 * i + 3] = i % 2 ? -0.0f : 0.0f;
+            }
+            const int32_t want = ref_sample(&cfg[k], l, V, win, nw, &rng, c, prob);
+            const int32_t got = sampler_sample(s, l);
+            if (got != want) fail_msg("config %d step %d: chain %d, reference %d", k, t, got, want);
+            sampler_accept(s, got);
+            if (cfg[k].repeat_last_n > 0) {
+                win[head] = got;
+                head = (head + 1) % cfg[k].repeat_last_n;
+                if (nw < cfg[k].repeat_last_n) nw++;
+            }
+        }
+        sampler_free(s);
+    }
+    free(l);
+    free(prob);
+    free(c);
+}
+
 static void test_chain_stages(void **state) {
     (void)state;
     tern_sampler_params_t p = neutral();
@@ -865,6 +914,95 @@ static void test_argmax_matches_loop(void **state) {
     free(x);
 }
 
+
+/* f32_next_above (top-k's scan) against its loop: every start offset near
+ * the vector boundaries, thresholds among the values, NaN, +-inf, +-0. */
+static void test_next_above_matches_loop(void **state) {
+    (void)state;
+    enum { NMAX = 4200 };
+    float *x = malloc(NMAX * sizeof *x);
+    assert_non_null(x);
+    uint64_t r = 0x2545f4914f6cdd1dull;
+    static const int lens[] = {0, 1, 7, 8, 15, 16, 17, 33, 100, 4097};
+    static const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f};
+    int checked = 0, found = 0;
+    for (int li = 0; li < (int)(sizeof lens / sizeof lens[0]); li++) {
+        const int n = lens[li];
+        for (int trial = 0; trial < 12; trial++) {
+            for (int i = 0; i < n; i++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                const uint32_t u = (uint32_t)(r >> 32);
+                x[i] = trial % 3 == 0 ? (float)(u % 5) - 2.0f : (float)u / 4294967296.0f * 8.0f - 4.0f;
+                if (trial % 3 == 2 && u % 7 == 0) x[i] = special[(u >> 8) % 5];
+            }
+            const float ts[] = {-5.0f, -1.0f, 0.0f, -0.0f, 1.0f, 2.0f, 3.9f, INFINITY, -INFINITY, NAN,
+                                n > 0 ? x[n / 2] : 0.0f};
+            for (int ti = 0; ti < (int)(sizeof ts / sizeof ts[0]); ti++) {
+                for (int i = -2; i <= n + 1; i += (i < 40 || i > n - 40) ? 1 : 37) {
+                    const int32_t want = f32_next_above_ref(x, i, n, ts[ti]), got = f32_next_above(x, i, n, ts[ti]);
+                    if (got != want)
+                        fail_msg("n %d trial %d t %g from %d: f32_next_above %d, the loop %d", n, trial, (double)ts[ti],
+                                 i, got, want);
+                    checked++;
+                    found += want < n;
+                }
+            }
+        }
+    }
+    assert_true(checked > 10000 && found > 3000 && found < checked); /* both outcomes were exercised */
+    free(x);
+}
+
+/* Top-k straight from the caller's logits (a chain that starts TOP_K)
+ * against the same chain through the copied candidate set (a TOP_P of 1
+ * first: a stage that keeps everything but is not passed over): the same
+ * draws, step by step, at a 152k vocabulary and on hostile logits (NaN,
+ * +-inf, long ties, ascending runs that push at every entry). */
+static void test_direct_top_k_matches_copy(void **state) {
+    (void)state;
+    const int32_t V = 151936;
+    float *l = malloc((size_t)V * sizeof *l);
+    assert_non_null(l);
+    const tern_sampler_stage_t direct[] = {TERN_STAGE_TOP_K, TERN_STAGE_TOP_P, TERN_STAGE_MIN_P, TERN_STAGE_TEMP,
+                                           TERN_STAGE_DIST};
+    const tern_sampler_stage_t copied[] = {TERN_STAGE_TOP_P, TERN_STAGE_TOP_K, TERN_STAGE_MIN_P, TERN_STAGE_TEMP,
+                                           TERN_STAGE_DIST};
+    const int32_t ks[] = {1, 40, 1000};
+    uint64_t r = 77;
+    int steps = 0;
+    for (int ki = 0; ki < 3; ki++) {
+        tern_sampler_params_t p = neutral();
+        p.temp = 0.9f, p.top_k = ks[ki], p.top_p = 1.0f, p.min_p = 0.01f, p.seed = 1000 + (uint64_t)ki;
+        tern_error_t err = {0};
+        sampler_t *a = sampler_create_chain(&p, direct, 5, V, &err), *b = sampler_create_chain(&p, copied, 5, V, &err);
+        assert_non_null(a);
+        assert_non_null(b);
+        for (int t = 0; t < (tu_quick() ? 8 : 24); t++) {
+            const int mode = t % 8;
+            for (int32_t i = 0; i < V; i++) l[i] = 3.0f * tu_randn(&r);
+            if (mode == 1)
+                for (int32_t i = 0; i < V; i++) l[i] = (float)(i % 3); /* three values, long ties */
+            if (mode == 2)
+                for (int32_t i = 0; i < V; i++) l[i] = (float)i * 1e-3f; /* ascending: every entry pushes */
+            if (mode == 3)
+                for (int32_t i = 0; i < V; i += 97) l[i] = NAN;
+            if (mode == 4) l[0] = NAN, l[5] = INFINITY, l[V - 1] = INFINITY, l[17] = -INFINITY;
+            if (mode == 5)
+                for (int32_t i = 0; i < V; i++) l[i] = i % 2 ? -INFINITY : l[i];
+            if (mode == 6) l[3] = -0.0f, l[4] = 0.0f, l[V / 2] = 100.0f, l[V / 2 + 1] = 100.0f;
+            const int32_t ga = sampler_sample(a, l), gb = sampler_sample(b, l);
+            if (ga != gb) fail_msg("k %d step %d (mode %d): direct top-k drew %d, the copied set %d", ks[ki], t, mode, ga, gb);
+            sampler_accept(a, ga);
+            sampler_accept(b, gb);
+            steps++;
+        }
+        sampler_free(a);
+        sampler_free(b);
+    }
+    assert_true(steps >= 24);
+    free(l);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_and_ties),  cmocka_unit_test(test_plain_distribution),
@@ -874,6 +1012,7 @@ int main(void) {
         cmocka_unit_test(test_seed_reproducible), cmocka_unit_test(test_uniform_range),
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_default_chain_matches_reference),
+        cmocka_unit_test(test_full_sort_matches_reference),
         cmocka_unit_test(test_chain_stages),
         cmocka_unit_test(test_custom_order),
         cmocka_unit_test(test_mask_stage),
@@ -882,6 +1021,8 @@ int main(void) {
         cmocka_unit_test(test_state_load_rejects),
         cmocka_unit_test(test_accept_out_of_range),
         cmocka_unit_test(test_argmax_matches_loop),
+        cmocka_unit_test(test_next_above_matches_loop),
+        cmocka_unit_test(test_direct_top_k_matches_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

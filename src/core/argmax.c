@@ -15,12 +15,22 @@
  * The second pass stops at the index and reads what the first left in
  * cache. dev/ab/argmax_ab.c, 16 rows of 151936 random floats on an AMD
  * EPYC (Zen 4): the loop 9.1 ms, this 0.6-0.7 ms.
+ *
+ * f32_next_above: 8 lanes at a time, vcmpps with _CMP_GT_OQ (false for a
+ * NaN on either side, as the loop's `>`), the first set bit of the mask;
+ * the tail of fewer than 8 in the loop.
  */
 #include "core/argmax.h"
 
 #include <math.h>
 
 #include "core/cpu.h"
+
+int32_t f32_next_above_ref(const float *x, int32_t i, int32_t n, float t) {
+    for (i = i < 0 ? 0 : i; i < n; i++)
+        if (x[i] > t) return i;
+    return n;
+}
 
 int32_t argmax_f32_ref(const float *x, int32_t n) {
     int32_t best = 0;
@@ -59,7 +69,27 @@ __attribute__((target("avx2"))) static int32_t argmax_avx2(const float *x, int32
         if (x[v] == m) return v;
     return 0; /* not reached: m is one of the values */
 }
+
+__attribute__((target("avx2"))) static int32_t next_above_avx2(const float *x, int32_t i, int32_t n, float t) {
+    const __m256 tv = _mm256_set1_ps(t);
+    for (; i + 16 <= n; i += 16) {
+        const __m256 a = _mm256_cmp_ps(_mm256_loadu_ps(x + i), tv, _CMP_GT_OQ);
+        const __m256 b = _mm256_cmp_ps(_mm256_loadu_ps(x + i + 8), tv, _CMP_GT_OQ);
+        const unsigned bits = (unsigned)_mm256_movemask_ps(a) | (unsigned)_mm256_movemask_ps(b) << 8;
+        if (bits) return i + __builtin_ctz(bits);
+    }
+    return f32_next_above_ref(x, i, n, t);
+}
 #endif
+
+int32_t f32_next_above(const float *x, int32_t i, int32_t n, float t) {
+    if (i >= n) return n;
+    if (i < 0) i = 0;
+#if defined(__x86_64__) || defined(_M_X64)
+    if (cpu_features()->avx2) return next_above_avx2(x, i, n, t);
+#endif
+    return f32_next_above_ref(x, i, n, t);
+}
 
 int32_t argmax_f32(const float *x, int32_t n) {
     if (n <= 1) return 0;
