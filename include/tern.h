@@ -198,6 +198,12 @@ const char *tern_context_note(const tern_context_t *c);
 int32_t tern_context_n_ctx(const tern_context_t *c);
 int32_t tern_context_pos(const tern_context_t *c); /* positions of sequence 0 in the KV memory */
 int32_t tern_context_threads(const tern_context_t *c);
+/* The context's worker pool, for the caller's own parallel work between
+ * calls on this context (`tern serve` samples its sequences' tokens on it):
+ * a pool is driven by one thread at a time, so never during a call on the
+ * context, nor from another thread. Owned by the context (or by whoever
+ * passed it at creation); replaced by tern_context_set_threads. */
+tern_pool_t *tern_context_pool(tern_context_t *c);
 /* Replace the context's pool by one of n_threads (resolved and clamped as
  * at creation); the KV cache stays. */
 int tern_context_set_threads(tern_context_t *c, int32_t n_threads, tern_error_t *err);

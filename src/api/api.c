@@ -369,6 +369,7 @@ const char *tern_context_note(const tern_context_t *c) { return c->note; }
 int32_t tern_context_n_ctx(const tern_context_t *c) { return (int32_t)model_ctx_n_ctx(c->mc); }
 int32_t tern_context_pos(const tern_context_t *c) { return (int32_t)model_ctx_pos(c->mc); }
 int32_t tern_context_threads(const tern_context_t *c) { return model_ctx_threads(c->mc); }
+tern_pool_t *tern_context_pool(tern_context_t *c) { return c ? model_ctx_pool(c->mc) : NULL; }
 int tern_context_set_threads(tern_context_t *c, int32_t n, tern_error_t *err) {
     char tnote[sizeof c->note] = "";
     int rc = model_ctx_set_threads(c->mc, resolve_threads(n, tnote, sizeof tnote), err);

@@ -162,6 +162,8 @@ struct srv_job {
     int32_t chunk;        /* prompt positions in this tick */
     int32_t drafts[TERN_SPEC_DRAFT_MAX];
     int32_t n_drafted, n_accepted;
+    int32_t pre_id; /* presample's token for this tick's first sample, when has_pre */
+    int has_pre;
 };
 
 /* The per-tick decision (the header comment's rule). */
@@ -226,6 +228,8 @@ struct srv_sched {
     tern_batch_entry_t *batch;
     srv_job_t **batch_job;
     uint8_t *batch_draft; /* 1: the entry is a draft */
+    srv_job_t **pre_job;  /* presample's jobs and their logits */
+    const float **pre_logits;
     int32_t batch_cap;
     tick_ctl_t tc[TC_KEYS]; /* engine-only */
 };
@@ -775,6 +779,12 @@ static int batch_reserve(srv_sched_t *s, int32_t n) {
     uint8_t *bd = realloc(s->batch_draft, (size_t)n * sizeof *bd);
     if (!bd) return -1;
     s->batch_draft = bd;
+    srv_job_t **pj = realloc(s->pre_job, (size_t)n * sizeof *pj);
+    if (!pj) return -1;
+    s->pre_job = pj;
+    const float **pl = realloc(s->pre_logits, (size_t)n * sizeof *pl);
+    if (!pl) return -1;
+    s->pre_logits = pl;
     s->batch_cap = n;
     return 0;
 }
@@ -783,7 +793,13 @@ static int batch_reserve(srv_sched_t *s, int32_t n) {
  * of confirmed text its sequence holds (drafts after them not counted). */
 static void job_sample(srv_sched_t *s, srv_job_t *j, const float *logits, double t, int32_t n_pos) {
     srv_request_t *r = j->req;
-    int32_t id = tern_sampler_sample(j->smp, logits);
+    int32_t id;
+    if (j->has_pre) { /* presample drew it, with this same call */
+        id = j->pre_id;
+        j->has_pre = 0;
+    } else {
+        id = tern_sampler_sample(j->smp, logits);
+    }
     if (id < 0 && j->mt && tern_matcher_finished(j->mt)) { /* the grammar is complete; no end token */
         job_finish(j, "stop", 0, NULL);
         return;
@@ -984,6 +1000,45 @@ static void plan_drafts(srv_sched_t *s, int32_t n_gen, int32_t plain_need, const
     }
 }
 
+/* After the pass, the first token of every generating job without a
+ * grammar is drawn on the context's pool, all jobs at once, before the
+ * per-job work below takes them one by one: the very call job_sample would
+ * make first (the job's own sampler, RNG and state, on the logits of its
+ * batch entry), so the same tokens. A draw over a 152k vocabulary costs
+ * 0.02 ms (top-k) to 2 ms (OpenAI's default, no truncation:
+ * dev/ab/sampler_ab.c), times the jobs in the batch, which the engine
+ * thread alone would pay while the pool's threads wait. A grammar's
+ * matcher stays on the engine thread. */
+static int pre_rows(void *ctx, int64_t r0, int64_t r1, int worker) {
+    (void)worker;
+    srv_sched_t *s = ctx;
+    for (int64_t r = r0; r < r1; r++) {
+        srv_job_t *j = s->pre_job[r];
+        j->pre_id = tern_sampler_sample(j->smp, s->pre_logits[r]);
+        j->has_pre = 1;
+    }
+    return 0;
+}
+static int32_t presample(srv_sched_t *s, int32_t n) {
+    tern_pool_t *pool = tern_context_pool(s->c);
+    if (tern_pool_threads(pool) < 2) return 0;
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++) {
+        srv_job_t *j = s->batch_job[i];
+        if (s->batch_draft[i] || j->state != JOB_GEN || j->b0 != i || j->mt) continue;
+        s->pre_job[m] = j;
+        s->pre_logits[m++] = tern_batch_logits(s->c, i);
+    }
+    if (m < 2) return 0;
+    tern_range_t r = {pre_rows, s, m, 1, 0};
+    tern_error_t err;
+    if (tern_pool_run(pool, &r, 1, &err)) { /* cannot fail (pre_rows returns 0); if it did: one by one */
+        for (int32_t i = 0; i < m; i++) s->pre_job[i]->has_pre = 0;
+        return 0;
+    }
+    return m;
+}
+
 /* After the pass: sample the job's tokens from its positions' logits as
  * plain decoding would, one by one, while each equals the next draft; drop
  * the drafts after the last confirmed one from the KV memory. */
@@ -1145,6 +1200,7 @@ static int tick(srv_sched_t *s) {
             n_gen_batch++;
         }
     }
+    const int32_t n_pre = presample(s, n);
     for (int32_t i = 0; i < n; i++) {
         srv_job_t *j = s->batch_job[i];
         if (s->batch_draft[i]) continue; /* verified with its job's token */
@@ -1165,6 +1221,7 @@ static int tick(srv_sched_t *s) {
             accepted += j->n_accepted - a0;
         }
     }
+    for (int32_t i = 0; i < n_pre; i++) s->pre_job[i]->has_pre = 0; /* each was its job's first sample above */
     const double t1 = now_s();
     /* ... for the controller of its batch size: tokens emitted per second,
      * with drafts or without. */
@@ -1395,6 +1452,8 @@ void srv_sched_free(srv_sched_t *s) {
     free(s->batch);
     free(s->batch_job);
     free(s->batch_draft);
+    free(s->pre_job);
+    free(s->pre_logits);
     free(s->sessions_dir);
     tern_context_free(s->c);
     pthread_mutex_destroy(&s->mu);
