@@ -4,7 +4,8 @@
 // (fixed prompts, fixed max_tokens, ignore_eos: every answer has the same
 // length; the same prompts every run), and prints a table: clients,
 // requests, aggregate generated tok/s, time to first token p50/p99,
-// inter-token latency p50/p99, and tok/s relative to 1 client.
+// inter-token latency p50/p99, and tok/s relative to 1 client. One untimed
+// request warms the server up first.
 //
 //   node bench/serve_load.mjs --url http://127.0.0.1:8080 [--clients 1,4,8,16]
 //        [--requests 2] (per client) [--max-tokens 64] [--api-key K]
@@ -169,10 +170,13 @@ async function level(clients) {
   };
 }
 
-// warm up: one short request (page cache, first allocation)
+// the server answers, then one untimed request warms it up (the weights
+// paged in, the first allocations), so that the first level's figures,
+// which every ratio divides by, are not a cold start's
 try {
   const r = await fetch(new URL("/health", url), { signal: AbortSignal.timeout(5000) });
   if (r.status !== 200) throw new Error(`/health: ${r.status}`);
+  await one(WORK[0]);
 } catch (e) {
   console.error(`serve_load: the server at ${opt.url} does not answer: ${e.message}`);
   process.exit(1);
