@@ -68,24 +68,7 @@ static void accum(float *acc, size_t accstride, const float *p, size_t pstride, 
     }
 }
 
-static void scores_f32(const float *q, size_t qstride, int nh, const void *k, size_t kstride, int nt, int hd,
-                       float scale, float *s, size_t sstride) {
-    scores(q, qstride, nh, k, kstride, nt, hd, scale, s, sstride, false);
-}
-static void scores_f16(const float *q, size_t qstride, int nh, const void *k, size_t kstride, int nt, int hd,
-                       float scale, float *s, size_t sstride) {
-    scores(q, qstride, nh, k, kstride, nt, hd, scale, s, sstride, true);
-}
-static void accum_f32(float *acc, size_t accstride, const float *p, size_t pstride, int nh, const void *v,
-                      size_t vstride, int nt, int hd) {
-    accum(acc, accstride, p, pstride, nh, v, vstride, nt, hd, false);
-}
-static void accum_f16(float *acc, size_t accstride, const float *p, size_t pstride, int nh, const void *v,
-                      size_t vstride, int nt, int hd) {
-    accum(acc, accstride, p, pstride, nh, v, vstride, nt, hd, true);
-}
-
-const attn_vt_t attn_vt_scalar[2] = {{scores_f32, accum_f32}, {scores_f16, accum_f16}};
+const attn_vt_t attn_vt_scalar = {scores, accum};
 
 /* ---- the driver -------------------------------------------------------- */
 
@@ -144,7 +127,7 @@ static void attn_heads(const attn_job_t *j, const int32_t *blocks, int g, int nh
         for (int t = 0; t < nt;) {
             const int r = run_of(j, t0 + t, nt - t);
             j->vt->scores(qh, (size_t)hd, nh, key_row(j, a->k_cache, blocks, g, t0 + t), j->pos_stride, r, hd, a->scale,
-                          &s[0][t], ATTN_TILE);
+                          &s[0][t], ATTN_TILE, a->kv_type == TYPE_F16);
             t += r;
         }
         for (int h = 0; h < nh; h++) {
@@ -168,7 +151,7 @@ static void attn_heads(const attn_job_t *j, const int32_t *blocks, int g, int nh
         for (int t = 0; t < nt;) {
             const int r = run_of(j, t0 + t, nt - t);
             j->vt->accum(accbuf, as, &s[0][t], ATTN_TILE, nh,
-                         key_row(j, a->v_cache, blocks, g, t0 + t), j->pos_stride, r, hd);
+                         key_row(j, a->v_cache, blocks, g, t0 + t), j->pos_stride, r, hd, a->kv_type == TYPE_F16);
             t += r;
         }
     }
@@ -224,11 +207,11 @@ static int attn_check(const kern_attn_t *a, int64_t nq, const float *q, const fl
     return 0;
 }
 
-static const attn_vt_t *attn_vt(int kv_type) {
+static const attn_vt_t *attn_vt(void) {
     const kern_isa_t isa = kern_isa_active();
-    const attn_vt_t *vt = &attn_vt_scalar[kv_type == TYPE_F16];
+    const attn_vt_t *vt = &attn_vt_scalar;
 #if defined(__x86_64__) || defined(__i386__)
-    if (isa == ISA_AVX2 || isa == ISA_AVX512) vt = &attn_vt_avx2[kv_type == TYPE_F16];
+    if (isa == ISA_AVX2 || isa == ISA_AVX512) vt = &attn_vt_avx2;
 #else
     (void)isa;
 #endif
@@ -263,7 +246,7 @@ int kern_attention(tern_pool_t *pool, const kern_attn_t *a, int64_t pos0, int64_
         bytes > SIZE_MAX)
         return tern_err(err, TERN_EINVAL, "kern_attention: a cache of %lld + %lld positions overflows", (long long)pos0,
                         (long long)nq);
-    attn_job_t j = {a, attn_vt(a->kv_type), pos0, NULL, q, out, elt, (size_t)a->n_kv_heads * (size_t)a->head_dim * elt,
+    attn_job_t j = {a, attn_vt(), pos0, NULL, q, out, elt, (size_t)a->n_kv_heads * (size_t)a->head_dim * elt,
                     INT64_MAX};
     return attn_run(pool, &j, nq, pos0 + nq - 1, err);
 }
@@ -287,6 +270,6 @@ int kern_attention_batch(tern_pool_t *pool, const kern_attn_t *a, int64_t nq, co
                             (long long)i, (long long)qs[i].pos);
         if (qs[i].pos > max_pos) max_pos = qs[i].pos;
     }
-    attn_job_t j = {a, attn_vt(a->kv_type), 0, qs, q, out, elt, pos_stride, a->block_pos};
+    attn_job_t j = {a, attn_vt(), 0, qs, q, out, elt, pos_stride, a->block_pos};
     return attn_run(pool, &j, nq, max_pos, err);
 }

@@ -6,6 +6,7 @@
 #ifndef TERN_ATTENTION_IMPL_H
 #define TERN_ATTENTION_IMPL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Up to ATTN_GMAX query heads of one GQA group share each K / V row: the
@@ -17,22 +18,22 @@
  * not change a bit. */
 #define ATTN_GMAX 4
 
-/* s_h[t] = scale * (q_h . k_t) for t < nt, h < nh. */
+/* s_h[t] = scale * (q_h . k_t) for t < nt, h < nh; f16: the cache rows
+ * are F16 (else F32). */
 typedef void (*attn_scores_fn)(const float *q, size_t qstride, int nh, const void *k, size_t kstride, int nt, int hd,
-                               float scale, float *s, size_t sstride);
+                               float scale, float *s, size_t sstride, bool f16);
 /* acc_h += p_h[t] * v_t for t < nt, in order of t, h < nh. */
 typedef void (*attn_accum_fn)(float *acc, size_t accstride, const float *p, size_t pstride, int nh, const void *v,
-                              size_t vstride, int nt, int hd);
+                              size_t vstride, int nt, int hd, bool f16);
 
 typedef struct {
     attn_scores_fn scores;
     attn_accum_fn accum;
 } attn_vt_t;
 
-/* kv: 0 = F32 cache, 1 = F16 cache. */
-extern const attn_vt_t attn_vt_scalar[2];
+extern const attn_vt_t attn_vt_scalar;
 #if defined(__x86_64__) || defined(__i386__)
-extern const attn_vt_t attn_vt_avx2[2];
+extern const attn_vt_t attn_vt_avx2;
 #endif
 
 #endif

@@ -105,21 +105,4 @@ static void accum(float *acc, size_t accstride, const float *p, size_t pstride, 
     }
 }
 
-static void scores_f32(const float *q, size_t qstride, int nh, const void *k, size_t kstride, int nt, int hd,
-                       float scale, float *s, size_t sstride) {
-    scores(q, qstride, nh, k, kstride, nt, hd, scale, s, sstride, false);
-}
-static void scores_f16(const float *q, size_t qstride, int nh, const void *k, size_t kstride, int nt, int hd,
-                       float scale, float *s, size_t sstride) {
-    scores(q, qstride, nh, k, kstride, nt, hd, scale, s, sstride, true);
-}
-static void accum_f32(float *acc, size_t accstride, const float *p, size_t pstride, int nh, const void *v,
-                      size_t vstride, int nt, int hd) {
-    accum(acc, accstride, p, pstride, nh, v, vstride, nt, hd, false);
-}
-static void accum_f16(float *acc, size_t accstride, const float *p, size_t pstride, int nh, const void *v,
-                      size_t vstride, int nt, int hd) {
-    accum(acc, accstride, p, pstride, nh, v, vstride, nt, hd, true);
-}
-
-const attn_vt_t attn_vt_avx2[2] = {{scores_f32, accum_f32}, {scores_f16, accum_f16}};
+const attn_vt_t attn_vt_avx2 = {scores, accum};
