@@ -42,8 +42,19 @@ extern "C" {
  * top_p >= 1, min_p <= 0). After MASK and LOGIT_BIAS, candidates at
  * -INFINITY (or NaN) are removed; when none is left, sampling fails (-1).
  * Truncations always keep at least the best token. Candidates with equal
- * logits are ordered by id, so no step depends on a sort algorithm: the same
- * seed, model and prompt give the same tokens.
+ * logits are ordered by id (NaNs after every number), so no step depends on
+ * a sort algorithm: the same seed, model and prompt give the same tokens.
+ *
+ * Probabilities (TOP_P and DIST, over the candidates the stage receives):
+ * e_i = tern's exp((logit_i - max) / temp), a fixed sequence of float
+ * operations (src/text/softmax.h) rather than the C library's expf, so
+ * every CPU and build gets the same bits; sum = the e_i added in double in
+ * the candidates' order at that point (id order unless TOP_K or an earlier
+ * truncation sorted them), in 8 interleaved partial sums; candidate i's
+ * probability is (float)(e_i / sum), accumulated in double over the
+ * candidates sorted best first (TOP_P stops at the first cumulative sum >=
+ * top_p; DIST at the first one above its uniform draw in [0, 1)). A
+ * TOP_K at its neutral value keeps the candidates in their order.
  *
  * tern_sampler_create_chain takes the stages and their order from the
  * application (each kind at most once, DIST or GREEDY last and only there),

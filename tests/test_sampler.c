@@ -13,6 +13,7 @@
 
 #include "core/argmax.h"
 #include "text/sampler.h"
+#include "text/softmax.h"
 
 static tern_sampler_params_t neutral(void) {
     tern_sampler_params_t p;
@@ -313,15 +314,20 @@ static void test_bad_params(void **state) {
 
 /* ---- the default chain against a reference ------------------------------- */
 
-/* The documented steps written out plainly: penalties on a dense copy, one
- * full sort (a total order, so the same as top-k's selection), top-k as a
- * prefix, top-p, min-p, softmax at temp, a splitmix64 draw. */
+/* The documented steps written out plainly: penalties on a dense copy;
+ * top-k as the prefix of one full sort (a total order, so the same as
+ * top-k's selection); top-p, min-p and the draw by the probabilities of
+ * tern_sampler.h: the sum of tern_expf over the set in the order it has
+ * when the stage starts (8 stripes, written out here), then a walk over
+ * the set sorted best first; a splitmix64 draw. */
 typedef struct {
     int32_t id;
     float l;
 } ref_c;
 static int ref_cmp(const void *pa, const void *pb) {
     const ref_c *a = pa, *b = pb;
+    if (isnan(a->l) || isnan(b->l)) /* NaNs after every number, by id */
+        return isnan(a->l) != isnan(b->l) ? (isnan(a->l) ? 1 : -1) : (a->id > b->id) - (a->id < b->id);
     if (a->l > b->l || (a->l == b->l && a->id < b->id)) return -1;
     if (b->l > a->l || (a->l == b->l && b->id < a->id)) return 1;
     return 0;
@@ -332,8 +338,20 @@ static uint64_t ref_rng(uint64_t *s) {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
+/* The largest non-NaN logit of c[0..n) (-inf if none), and the striped sum. */
+static float ref_max(const ref_c *c, int32_t n) {
+    float m = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        if (c[i].l > m) m = c[i].l;
+    return m;
+}
+static double ref_sum(const ref_c *c, int32_t n, float mx, float t) {
+    double st[8] = {0};
+    for (int32_t i = 0; i < n; i++) st[i % 8] += (double)tern_expf((c[i].l - mx) / t);
+    return ((st[0] + st[1]) + (st[2] + st[3])) + ((st[4] + st[5]) + (st[6] + st[7]));
+}
 static int32_t ref_sample(const tern_sampler_params_t *p, const float *logits, int32_t V, const int32_t *win, int nw,
-                          uint64_t *rng, ref_c *c, float *prob) {
+                          uint64_t *rng, ref_c *c) {
     for (int32_t i = 0; i < V; i++) c[i] = (ref_c){i, logits[i]};
     bool pen = p->repeat_last_n > 0 && nw > 0 &&
                (p->repeat_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
@@ -352,13 +370,21 @@ static int32_t ref_sample(const tern_sampler_params_t *p, const float *logits, i
             if (c[i].l > c[best].l) best = i;
         return best;
     }
-    qsort(c, (size_t)V, sizeof *c, ref_cmp);
-    int32_t n = p->top_k > 0 && p->top_k < V ? p->top_k : V;
+    int32_t n = V;
+    bool sorted = false;
+    if (p->top_k > 0 && p->top_k < V) {
+        qsort(c, (size_t)V, sizeof *c, ref_cmp);
+        sorted = true;
+        n = p->top_k;
+    }
     if (p->top_p < 1.0f) {
-        double sum = 0, cum = 0;
-        for (int32_t i = 0; i < n; i++) sum += (prob[i] = expf((c[i].l - c[0].l) / 1.0f));
+        const float mx = ref_max(c, n);
+        const double sum = ref_sum(c, n, mx, 1.0f);
+        if (!sorted) qsort(c, (size_t)n, sizeof *c, ref_cmp);
+        sorted = true;
+        double cum = 0;
         for (int32_t i = 0; i < n; i++) {
-            cum += (float)(prob[i] / sum);
+            cum += (float)(tern_expf((c[i].l - mx) / 1.0f) / sum);
             if (cum >= p->top_p) {
                 n = i + 1;
                 break;
@@ -366,15 +392,18 @@ static int32_t ref_sample(const tern_sampler_params_t *p, const float *logits, i
         }
     }
     if (p->min_p > 0.0f) {
+        if (!sorted) qsort(c, (size_t)n, sizeof *c, ref_cmp);
+        sorted = true;
         int32_t k = 1;
         while (k < n && c[k].l >= c[0].l + logf(p->min_p)) k++;
         n = k;
     }
-    double sum = 0, cum = 0;
-    for (int32_t i = 0; i < n; i++) sum += (prob[i] = expf((c[i].l - c[0].l) / p->temp));
-    double r = (double)(ref_rng(rng) >> 11) * (1.0 / 9007199254740992.0);
+    const float mx = ref_max(c, n);
+    const double sum = ref_sum(c, n, mx, p->temp);
+    double r = (double)(ref_rng(rng) >> 11) * (1.0 / 9007199254740992.0), cum = 0;
+    if (!sorted) qsort(c, (size_t)n, sizeof *c, ref_cmp);
     for (int32_t i = 0; i < n; i++) {
-        cum += (float)(prob[i] / sum);
+        cum += (float)(tern_expf((c[i].l - mx) / p->temp) / sum);
         if (r < cum) return c[i].id;
     }
     return c[n - 1].id;
@@ -384,9 +413,9 @@ static void test_default_chain_matches_reference(void **state) {
     (void)state;
     const int32_t V = 1000;
     const int steps = tu_quick() ? 100 : 400;
-    float *l = malloc((size_t)V * sizeof *l), *prob = malloc((size_t)V * sizeof *prob);
+    float *l = malloc((size_t)V * sizeof *l);
     ref_c *c = malloc((size_t)V * sizeof *c);
-    assert_true(l && prob && c);
+    assert_true(l && c);
     tern_sampler_params_t cfg[6];
     for (int k = 0; k < 6; k++) cfg[k] = neutral();
     cfg[0].temp = 0.8f, cfg[0].top_k = 40, cfg[0].top_p = 0.95f, cfg[0].min_p = 0.05f, cfg[0].seed = 0x7e57;
@@ -403,7 +432,7 @@ static void test_default_chain_matches_reference(void **state) {
         for (int t = 0; t < steps; t++) {
             for (int32_t i = 0; i < V; i++) l[i] = 2.0f * tu_randn(&r);
             if (t % 7 == 3) l[t % V] = l[(t + 1) % V]; /* ties */
-            int32_t want = ref_sample(&cfg[k], l, V, win, nw, &rng, c, prob);
+            int32_t want = ref_sample(&cfg[k], l, V, win, nw, &rng, c);
             int32_t got = sampler_sample(s, l);
             if (got != want) fail_msg("config %d step %d: chain %d, reference %d", k, t, got, want);
             sampler_accept(s, got);
@@ -416,7 +445,6 @@ static void test_default_chain_matches_reference(void **state) {
         sampler_free(s);
     }
     free(l);
-    free(prob);
     free(c);
 }
 
@@ -428,9 +456,9 @@ static void test_full_sort_matches_reference(void **state) {
     (void)state;
     const int32_t V = 30000;
     const int steps = tu_quick() ? 12 : 40;
-    float *l = malloc((size_t)V * sizeof *l), *prob = malloc((size_t)V * sizeof *prob);
+    float *l = malloc((size_t)V * sizeof *l);
     ref_c *c = malloc((size_t)V * sizeof *c);
-    assert_true(l && prob && c);
+    assert_true(l && c);
     tern_sampler_params_t cfg[3];
     for (int k = 0; k < 3; k++) cfg[k] = neutral();
     cfg[0].temp = 1.0f, cfg[0].seed = 5;
@@ -452,7 +480,7 @@ static void test_full_sort_matches_reference(void **state) {
                 for (int32_t i = 0; i < V; i++) l[i] = -60.0f;
                 for (int32_t i = 0; i < 100; i++) l[7 * i + 3] = i % 2 ? -0.0f : 0.0f;
             }
-            const int32_t want = ref_sample(&cfg[k], l, V, win, nw, &rng, c, prob);
+            const int32_t want = ref_sample(&cfg[k], l, V, win, nw, &rng, c);
             const int32_t got = sampler_sample(s, l);
             if (got != want) fail_msg("config %d step %d: chain %d, reference %d", k, t, got, want);
             sampler_accept(s, got);
@@ -465,8 +493,157 @@ static void test_full_sort_matches_reference(void **state) {
         sampler_free(s);
     }
     free(l);
-    free(prob);
     free(c);
+}
+
+/* Large sets are sorted band by band (logits within 2, 4, 6 ... nats of
+ * the best) only as deep as the walk goes, not whole: the same draws and
+ * the same truncations as the reference's full sort, on sets whose mass
+ * sits in the first bands (spread logits), deep (top-p 0.9999 over a band
+ * at -17 nats), everywhere (flat logits: every band), with integer ties
+ * inside and across bands, and with a NaN (the full sort). */
+static void test_prefix_walk_matches_reference(void **state) {
+    (void)state;
+    const int32_t V = 30000;
+    const int steps = tu_quick() ? 12 : 36;
+    float *l = malloc((size_t)V * sizeof *l);
+    ref_c *c = malloc((size_t)V * sizeof *c);
+    assert_true(l && c);
+    enum { NC = 6 };
+    tern_sampler_params_t cfg[NC];
+    for (int k = 0; k < NC; k++) cfg[k] = neutral(), cfg[k].seed = 40 + (uint64_t)k;
+    cfg[0].temp = 1.0f;
+    cfg[1].temp = 0.8f, cfg[1].top_p = 0.95f;
+    cfg[2].temp = 1.0f, cfg[2].top_p = 0.9999f;
+    cfg[3].temp = 1.3f, cfg[3].min_p = 0.05f;
+    cfg[4].temp = 0.5f, cfg[4].repeat_penalty = 1.3f, cfg[4].repeat_last_n = 8;
+    cfg[5].temp = 2.0f, cfg[5].top_p = 0.5f, cfg[5].min_p = 0.2f;
+    for (int k = 0; k < NC; k++) {
+        sampler_t *s = mk(&cfg[k], V);
+        int32_t win[64];
+        int nw = 0, head = 0;
+        uint64_t rng = cfg[k].seed, r = 7 + (uint64_t)k;
+        for (int t = 0; t < steps; t++) {
+            const int kind = t % 6;
+            for (int32_t i = 0; i < V; i++) {
+                const float g = tu_randn(&r);
+                l[i] = kind == 0 ? 8.0f * g : kind == 1 ? 20.0f * g : kind == 3 ? 0.5f * g : kind == 4 ? rintf(6.0f * g) : 8.0f * g;
+            }
+            if (kind == 2) { /* a band: the best, a few near it, 7000 at -17, the rest far below */
+                for (int32_t i = 0; i < V; i++) l[i] = -40.0f;
+                for (int32_t i = 0; i < 7000; i++) l[(int32_t)(tu_rand(&r) % (uint64_t)V)] = -17.0f + 0.1f * tu_randn(&r);
+                for (int32_t i = 0; i < 5; i++) l[(int32_t)(tu_rand(&r) % (uint64_t)V)] = -(float)i;
+            }
+            if (kind == 5) l[(int32_t)(tu_rand(&r) % (uint64_t)V)] = NAN;
+            const int32_t want = ref_sample(&cfg[k], l, V, win, nw, &rng, c);
+            const int32_t got = sampler_sample(s, l);
+            if (got != want) fail_msg("config %d step %d (kind %d): chain %d, reference %d", k, t, kind, got, want);
+            sampler_accept(s, got);
+            if (cfg[k].repeat_last_n > 0) {
+                win[head] = got;
+                head = (head + 1) % cfg[k].repeat_last_n;
+                if (nw < cfg[k].repeat_last_n) nw++;
+            }
+        }
+        sampler_free(s);
+    }
+    free(l);
+    free(c);
+}
+
+/* tern_expf: the vector form gives the scalar definition's bits on a
+ * sweep of float bit patterns (every sign, exponent and many mantissas,
+ * NaNs and infinities included); the definition is within 4e-7 of exp on
+ * [-87, 88]; exp(0) = 1, underflow to +0 below -87, NaN stays NaN. */
+static void test_expf_definition(void **state) {
+    (void)state;
+    assert_true(tern_expf(0.0f) == 1.0f && tern_expf(-0.0f) == 1.0f);
+    assert_true(tern_expf(-87.5f) == 0.0f && tern_expf(-INFINITY) == 0.0f);
+    assert_true(isnan(tern_expf(NAN)));
+    for (float x = -87.0f; x <= 88.0f; x += 0.0137f) {
+        const double e = exp((double)x), got = (double)tern_expf(x);
+        if (fabs(got - e) > 4e-7 * e) fail_msg("tern_expf(%.9g) = %.9g, exp = %.9g", (double)x, got, e);
+    }
+    float in[8], out[8];
+    in[0] = 0.0f;
+    if (!tern_expf8_vec(in, out)) {
+        print_message("no AVX2 + FMA here: the vector exp is not compared\n");
+        return;
+    }
+    const uint32_t stride = tu_quick() ? 4099u : 257u;
+    uint64_t n = 0;
+    int k = 0;
+    for (uint64_t u = 0; u <= 0xffffffffull; u += stride) {
+        const uint32_t b = (uint32_t)u;
+        memcpy(&in[k], &b, sizeof b);
+        if (++k < 8) continue;
+        k = 0;
+        assert_true(tern_expf8_vec(in, out));
+        for (int j = 0; j < 8; j++) {
+            const float want = tern_expf(in[j]);
+            if (memcmp(&want, &out[j], sizeof want) != 0 && !(isnan(want) && isnan(out[j])))
+                fail_msg("x = %.9g (0x%08x): vector %.9g, scalar %.9g", (double)in[j], b, (double)out[j], (double)want);
+            n++;
+        }
+    }
+    assert_true(n > 1000000);
+}
+
+/* softmax_max, softmax_sum, softmax_collect and softmax_mass against their loops, bit
+ * for bit, on sets of every length up to 40 and a long one, with NaN,
+ * infinities, -0 and ties. */
+static void test_softmax_passes_match_loops(void **state) {
+    (void)state;
+    const int32_t LONG = 30011;
+    tern_token_logit_t *c = malloc((size_t)LONG * sizeof *c), *out0 = malloc((size_t)LONG * sizeof *c),
+                       *out1 = malloc((size_t)LONG * sizeof *c);
+    assert_true(c && out0 && out1);
+    uint64_t r = 17;
+    for (int round = 0; round < 200; round++) {
+        const int32_t n = round < 41 ? round : round % 5 == 0 ? LONG : 1 + (int32_t)(tu_rand(&r) % 200);
+        const float scale = round % 3 == 0 ? 30.0f : 3.0f;
+        for (int32_t i = 0; i < n; i++) c[i] = (tern_token_logit_t){i, scale * tu_randn(&r)};
+        if (n > 4 && round % 4 == 1) c[tu_rand(&r) % (uint64_t)n].logit = NAN;
+        if (n > 4 && round % 6 == 2) c[tu_rand(&r) % (uint64_t)n].logit = INFINITY;
+        if (n > 4 && round % 6 == 3) c[tu_rand(&r) % (uint64_t)n].logit = -INFINITY;
+        if (n > 4 && round % 5 == 4) c[1].logit = -0.0f, c[2].logit = 0.0f, c[3].logit = c[0].logit;
+        float m0 = 0, m1 = 0;
+        const bool f0 = softmax_max(c, n, &m0), f1 = softmax_max_ref(c, n, &m1);
+        assert_true(f0 == f1);
+        assert_true(memcmp(&m0, &m1, sizeof m0) == 0);
+        const float t = round % 2 ? 0.7f : 1.0f;
+        const double s0 = softmax_sum(c, n, m1, t), s1 = softmax_sum_ref(c, n, m1, t);
+        if (!(memcmp(&s0, &s1, sizeof s0) == 0 || (isnan(s0) && isnan(s1))))
+            fail_msg("round %d (n %d): sum %.17g, loop %.17g", round, n, s0, s1);
+        for (int q = 0; q < 8; q++) {
+            const float lo = q == 7 ? NAN : q == 6 ? -INFINITY : m1 - scale * 0.5f * (float)q;
+            const float hi = q == 5 ? NAN : q % 2 ? INFINITY : m1 - scale * 0.25f * (float)q;
+            const int32_t k0 = softmax_collect(c, n, lo, hi, out0), k1 = softmax_collect_ref(c, n, lo, hi, out1);
+            assert_int_equal(k0, k1);
+            assert_memory_equal(out0, out1, (size_t)k0 * sizeof *out0);
+        }
+        /* a band's mass: the walk's own sum when every probability is at
+         * least 2^-29, whatever the order of the candidates */
+        if (f1 && n > 1) {
+            const double sum = softmax_sum_ref(c, n, m1, t);
+            double *p = malloc((size_t)n * sizeof *p);
+            assert_non_null(p);
+            softmax_probs_ref(c, n, m1, t, sum, p);
+            float minp;
+            const double mass = softmax_mass(c, n, m1, t, sum, &minp);
+            double fwd = 0, back = 0;
+            float lo = INFINITY;
+            for (int32_t i = 0; i < n; i++) fwd += p[i], back += p[n - 1 - i], lo = (float)p[i] < lo ? (float)p[i] : lo;
+            assert_true(memcmp(&minp, &lo, sizeof lo) == 0);
+            assert_true(memcmp(&mass, &fwd, sizeof mass) == 0);
+            if (minp >= SOFTMAX_EXACT_P) assert_true(memcmp(&fwd, &back, sizeof fwd) == 0);
+            assert_true(fabs(mass - 1.0) < 1e-3);
+            free(p);
+        }
+    }
+    free(c);
+    free(out0);
+    free(out1);
 }
 
 static void test_chain_stages(void **state) {
@@ -1013,6 +1190,9 @@ int main(void) {
         cmocka_unit_test(test_bad_params),
         cmocka_unit_test(test_default_chain_matches_reference),
         cmocka_unit_test(test_full_sort_matches_reference),
+        cmocka_unit_test(test_prefix_walk_matches_reference),
+        cmocka_unit_test(test_expf_definition),
+        cmocka_unit_test(test_softmax_passes_match_loops),
         cmocka_unit_test(test_chain_stages),
         cmocka_unit_test(test_custom_order),
         cmocka_unit_test(test_mask_stage),

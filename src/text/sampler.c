@@ -16,11 +16,15 @@
  * k, then a vector scan for the next id above its root (f32_next_above),
  * so a 152k vocabulary with top-k 40 costs one pass of compares, no copy.
  * Otherwise the logits are copied into the candidate array (the caller's
- * are never touched) and top-k selects on the copy the same way. A full
- * sort (no top-k, as in OpenAI's default request) of a large set is a
- * stable radix sort (cset_sort). dev/ab/sampler_ab.c, 151936 ids, AMD EPYC
- * (Zen 4): the CLI's default chain 0.25 ms -> 0.018 ms a draw, the
- * untruncated one 20 ms -> 1.9 ms.
+ * are never touched) and top-k selects on the copy the same way. Without
+ * top-k (OpenAI's default request) top-p and the draw need the whole set's
+ * softmax sum (one vector pass, text/softmax.c) but only as much of its
+ * sorted order as their walk reaches: the set is sorted band by band
+ * (banded_walk), each band a stable radix sort (cset_sort's too, for full
+ * sorts of large sets). dev/ab/sampler_ab.c, 151936 ids, AMD EPYC (Zen 4):
+ * the CLI's default chain 0.25 ms -> 0.018 ms a draw, the untruncated one
+ * 20 ms -> 1.9 ms (radix sort) -> 0.23 ms best, 0.5 ms mean (bands, logits
+ * spread like a random model's: the walk often goes deep).
  */
 #include "text/sampler.h"
 
@@ -32,6 +36,7 @@
 #include "core/argmax.h"
 #include "core/common.h"
 #include "text/grammar.h"
+#include "text/softmax.h"
 
 typedef tern_token_logit_t cand_t;
 
@@ -65,7 +70,7 @@ struct sampler {
     int32_t n_window, window_head;
     cand_t *cand;    /* n_vocab */
     cand_t *tmp;     /* n_vocab: radix_sort's other half */
-    float *prob;     /* n_vocab */
+    cand_t *pre;     /* n_vocab: a sorted prefix of the set (prefix_sorted) */
     int32_t *where;  /* n_vocab: id -> index in a non-dense set (see find) */
     cand_t *top;     /* top_k + 32: the grammar's first candidates */
     int32_t *seen;   /* scratch: distinct ids of the window */
@@ -94,8 +99,12 @@ double sampler_uniform(sampler_t *s) { return (double)(splitmix64(&s->rng) >> 11
 static inline bool cand_before(const cand_t *a, const cand_t *b) {
     return a->logit > b->logit || (a->logit == b->logit && a->id < b->id);
 }
+/* qsort's order: cand_before's, NaNs after every number by id (as the
+ * radix sort puts them), so a sort with NaNs has one result too. */
 static int cand_cmp(const void *pa, const void *pb) {
     const cand_t *a = pa, *b = pb;
+    if (a->logit != a->logit || b->logit != b->logit)
+        return a->logit != a->logit ? (b->logit != b->logit ? (a->id > b->id) - (a->id < b->id) : 1) : -1;
     return cand_before(a, b) ? -1 : cand_before(b, a) ? 1 : 0;
 }
 
@@ -125,6 +134,10 @@ static void radix_sort(cand_t *c, cand_t *tmp, int32_t n) {
         const uint32_t k = sort_key(c[i].logit);
         for (int d = 0; d < 4; d++) h[d][k >> (8 * d) & 255]++;
     }
+    /* A digit every key shares moves nothing: its pass is skipped (the
+     * keys of a band of nearby logits share their top byte). */
+    bool skip[4];
+    for (int d = 0; d < 4; d++) skip[d] = n > 0 && h[d][sort_key(c[0].logit) >> (8 * d) & 255] == (uint32_t)n;
     for (int d = 0; d < 4; d++) {
         uint32_t sum = 0;
         for (int b = 0; b < 256; b++) {
@@ -133,11 +146,15 @@ static void radix_sort(cand_t *c, cand_t *tmp, int32_t n) {
             sum += t;
         }
     }
+    cand_t *src = c, *dst = tmp;
     for (int d = 0; d < 4; d++) {
-        const cand_t *src = d % 2 ? tmp : c;
-        cand_t *dst = d % 2 ? c : tmp;
+        if (skip[d]) continue;
         for (int32_t i = 0; i < n; i++) dst[h[d][sort_key(src[i].logit) >> (8 * d) & 255]++] = src[i];
+        cand_t *t = src;
+        src = dst;
+        dst = t;
     }
+    if (src != c) memcpy(c, src, (size_t)n * sizeof *c);
 }
 
 static bool ids_ascend(const cset_t *cs) {
@@ -186,19 +203,86 @@ static int cset_drop_banned(cset_t *cs) {
     return k > 0 ? 0 : -1;
 }
 
-/* Softmax of the (sorted) candidates' logits / temp: the unnormalized
- * e_i into s->prob, their sum (in this order) returned; candidate i's
- * probability is (float)(e_i / sum), which the walks below form only for
- * the candidates they reach (a draw over a whole vocabulary stops early). */
-static double softmax_cand(sampler_t *s, const cset_t *cs, int32_t n, float temp) {
-    double sum = 0;
-    const float mx = cs->c[0].logit;
-    for (int32_t i = 0; i < n; i++) {
-        float e = expf((cs->c[i].logit - mx) / temp);
-        s->prob[i] = e;
-        sum += e;
+/* The probabilities (tern_sampler.h): candidate i of a set of n at
+ * temperature t has e_i = tern_expf((logit_i - mx) / t), mx the set's
+ * largest logit, and probability (float)(e_i / sum), sum = softmax_sum
+ * over the set in the order it has when the stage starts. Returns sum;
+ * *mx, and *finite = every logit finite. */
+static double set_sum(const cset_t *cs, float t, float *mx, bool *finite) {
+    *finite = softmax_max(cs->c, cs->n, mx);
+    return softmax_sum(cs->c, cs->n, *mx, t);
+}
+
+/* Walks over candidates sorted best first, accumulating the probabilities
+ * (softmax_probs, a chunk at a time) in double from *cum: top-p's stop (the
+ * first i with cum >= p, top_p >= 0) or else the draw's (the first i with
+ * r < cum); -1 when the walk ends first (*cum then holds the total, to go
+ * on from). */
+#define WALK_CHUNK 256
+static int32_t walk(const cand_t *c, int32_t n, double sum, float mx, float t, float top_p, double r, double *cum) {
+    double p[WALK_CHUNK];
+    for (int32_t i0 = 0; i0 < n; i0 += WALK_CHUNK) {
+        const int32_t k = n - i0 < WALK_CHUNK ? n - i0 : WALK_CHUNK;
+        softmax_probs(c + i0, k, mx, t, sum, p);
+        double a = *cum;
+        if (top_p >= 0) {
+            for (int32_t i = 0; i < k; i++)
+                if ((a += p[i]) >= top_p) return *cum = a, i0 + i;
+        } else {
+            for (int32_t i = 0; i < k; i++)
+                if (r < (a += p[i])) return *cum = a, i0 + i;
+        }
+        *cum = a;
     }
-    return sum;
+    return -1;
+}
+
+/* A large set not yet sorted is walked band by band instead of sorting it
+ * whole: band b holds the candidates with tau_b <= logit < tau_{b-1}, tau_b =
+ * mx - t * k_band_nats[b] (the last band: everything below), each band sorted
+ * on its own and appended to s->pre. Every candidate of a band comes after
+ * every one of the bands before it in the full sort, so s->pre grows as the
+ * fully sorted set's prefix, and a walk that stops in it stops where the
+ * walk over the fully sorted set would, at the same cum. What stays
+ * unsorted is the tail whose probability the walk never reached, and
+ * sorting it was most of a draw. Sets with a NaN or an infinity (no band
+ * order for them) take the full sort. */
+#define BANDED_MIN RADIX_MIN
+/* Bands this large take the radix sort (its fixed cost is a few µs). */
+#define BAND_RADIX_MIN 64
+static const float k_band_nats[] = {2.0f, 4.0f, 6.0f, 8.0f, 11.0f, 15.0f, 20.0f, 28.0f, 40.0f, INFINITY};
+#define N_BANDS ((int)(sizeof k_band_nats / sizeof *k_band_nats))
+
+/* Band b of cs (finite logits; hi = tau_{b-1}, +INFINITY for the first),
+ * sorted best first into s->pre + at; returns its count. */
+static int32_t band_sorted(sampler_t *s, const cset_t *cs, float lo, float hi, int32_t at) {
+    cand_t *o = s->pre + at;
+    const int32_t m = softmax_collect(cs->c, cs->n, lo, hi, o);
+    /* in the set's order: ids ascend here when they do there */
+    if (m >= BAND_RADIX_MIN && (cs->dense || ids_ascend(cs))) radix_sort(o, s->tmp, m);
+    else qsort(o, (size_t)m, sizeof *o, cand_cmp);
+    return m;
+}
+
+/* The banded walk: top_p >= 0 walks for top-p's stop, else for the draw's
+ * (r). Returns the stop's index in s->pre (every candidate before it is
+ * there, sorted), or -1 when the walk ran through the whole set (then all
+ * of it is in s->pre, sorted). */
+static int32_t banded_walk(sampler_t *s, const cset_t *cs, double sum, float mx, float top_p, double r) {
+    const float t = cs->temp;
+    double cum = 0;
+    int32_t at = 0;
+    float hi = INFINITY;
+    for (int b = 0; b < N_BANDS; b++) {
+        const float lo = b == N_BANDS - 1 ? -INFINITY : mx - t * k_band_nats[b];
+        if (!(lo < hi)) continue; /* an empty band (a huge temperature) */
+        const int32_t m = band_sorted(s, cs, lo, hi, at);
+        const int32_t i = walk(s->pre + at, m, sum, mx, t, top_p, r, &cum);
+        if (i >= 0) return at + i;
+        at += m;
+        hi = lo;
+    }
+    return -1;
 }
 
 /* ---- the stages -------------------------------------------------------------- */
@@ -314,9 +398,9 @@ static void topk_dense(const float *logits, int32_t n, int32_t k, cand_t *c) {
 static int st_top_k(sampler_t *s, const stage_t *st, cset_t *cs) {
     (void)s;
     const int32_t k = st->k, n = cs->n;
-    if (k <= 0 || k >= n || cs->sorted) {
-        cset_sort(s, cs);
-        if (k > 0 && k < n) cs->n = k;
+    if (k <= 0 || k >= n) return 0; /* keeps every candidate, as they are */
+    if (cs->sorted) {
+        cs->n = k;
         return 0;
     }
     cand_t *c = cs->c;
@@ -334,28 +418,44 @@ static int st_top_k(sampler_t *s, const stage_t *st, cset_t *cs) {
 
 static int st_top_p(sampler_t *s, const stage_t *st, cset_t *cs) {
     if (st->x >= 1.0f) return 0;
-    cset_sort(s, cs);
-    const double sum = softmax_cand(s, cs, cs->n, cs->temp);
-    double cum = 0;
-    int32_t keep = cs->n;
-    for (int32_t i = 0; i < cs->n; i++) {
-        cum += (float)(s->prob[i] / sum);
-        if (cum >= st->x) {
-            keep = i + 1;
-            break;
-        }
+    float mx;
+    bool finite;
+    const double sum = set_sum(cs, cs->temp, &mx, &finite);
+    int32_t i;
+    if (!cs->sorted && cs->n >= BANDED_MIN && finite) {
+        i = banded_walk(s, cs, sum, mx, st->x, 0);
+        memcpy(cs->c, s->pre, (size_t)(i >= 0 ? i + 1 : cs->n) * sizeof *cs->c);
+        cs->sorted = true;
+        cs->dense = false;
+    } else {
+        cset_sort(s, cs);
+        double cum = 0;
+        i = walk(cs->c, cs->n, sum, mx, cs->temp, st->x, 0, &cum);
     }
-    cs->n = keep;
+    if (i >= 0) cs->n = i + 1;
     return 0;
 }
 
-/* p_i >= min_p * p_max  <=>  logit_i >= logit_max + temp * log(min_p)
- * (temp 1 unless a TEMP stage came first; 1 * x is exact). */
+/* One body (never inlined twice), so both paths of st_min_p compare with
+ * the same float, whatever the compiler contracts. */
+__attribute__((noinline)) static float min_p_threshold(float best, float temp, float min_p) {
+    return best + temp * logf(min_p);
+}
+
 static int st_min_p(sampler_t *s, const stage_t *st, cset_t *cs) {
-    (void)s;
     if (st->x <= 0.0f) return 0;
+    float mx;
+    if (!cs->sorted && cs->n >= BANDED_MIN && softmax_max(cs->c, cs->n, &mx)) {
+        /* the candidates at or above the threshold, sorted: the full sort's first ones */
+        const int32_t m = band_sorted(s, cs, min_p_threshold(mx, cs->temp, st->x), INFINITY, 0);
+        memcpy(cs->c, s->pre, (size_t)m * sizeof *cs->c);
+        cs->n = m;
+        cs->sorted = true;
+        cs->dense = false;
+        return 0;
+    }
     cset_sort(s, cs);
-    const float thr = cs->c[0].logit + cs->temp * logf(st->x);
+    const float thr = min_p_threshold(cs->c[0].logit, cs->temp, st->x);
     int32_t keep = 1;
     while (keep < cs->n && cs->c[keep].logit >= thr) keep++;
     cs->n = keep;
@@ -368,20 +468,87 @@ static int st_temp(sampler_t *s, const stage_t *st, cset_t *cs) {
     return 0;
 }
 
+/* The draw over a large unsorted set, without sorting what it does not
+ * reach. The set is cut into bands by logit (k_skip_nats below the best;
+ * one scan of the set collects a band), and a band the draw stops in is
+ * halved by logit again until the part it stops in is small. Every part
+ * is weighed before it is sorted (softmax_mass): when each probability in
+ * it is at least 2^-29 its mass adds to the walk's cumulative sum exactly,
+ * in any order, so a part the draw does not stop in is passed whole with
+ * the sum the sorted walk would have after it. The small part the draw
+ * stops in is sorted and walked from that sum: the same stop as the walk
+ * over the fully sorted set. A band with smaller probabilities is sorted
+ * and walked whole, and so is every band after it. Returns the chosen id,
+ * or -1 when the walk ran past the end (r within rounding of 1: the
+ * caller's full sort decides). */
+static const float k_skip_nats[] = {2.0f, 4.0f, 7.0f, 10.0f, 14.0f, 20.0f, 28.0f, INFINITY};
+#define N_SKIP ((int)(sizeof k_skip_nats / sizeof *k_skip_nats))
+/* Parts at most this large are sorted rather than halved. */
+#define SKIP_SORT_MAX 1024
+static int32_t skip_draw(sampler_t *s, const cset_t *cs, double sum, float mx, double r) {
+    const float t = cs->temp;
+    const bool ascend = cs->dense || ids_ascend(cs);
+    double cum = 0;
+    float hi = INFINITY;
+    for (int b = 0; b < N_SKIP; b++) {
+        const float lo = b == N_SKIP - 1 ? -INFINITY : mx - t * k_skip_nats[b];
+        if (!(lo < hi)) continue; /* empty */
+        int32_t m = softmax_collect(cs->c, cs->n, lo, hi, s->pre);
+        const float band_hi = hi;
+        hi = lo;
+        if (m == 0) continue;
+        float minp;
+        const double band = softmax_mass(s->pre, m, mx, t, sum, &minp);
+        const bool exact = minp >= SOFTMAX_EXACT_P;
+        if (exact && !(r < cum + band)) {
+            cum += band;
+            continue;
+        }
+        /* The draw stops in this band (or its sum is not exact): halve it
+         * while it is large, keeping the half the draw stops in. The upper
+         * half [mid, phi) comes first in the sorted order. */
+        float plo = lo == -INFINITY ? mx - t * 64.0f : lo, phi = band_hi == INFINITY ? mx + 1.0f : band_hi;
+        while (exact && m > SKIP_SORT_MAX) {
+            const float mid = plo + (phi - plo) * 0.5f;
+            if (!(plo < mid && mid < phi)) break;
+            const int32_t mu = softmax_collect(s->pre, m, mid, INFINITY, s->tmp);
+            float mu_min;
+            const double upper = softmax_mass(s->tmp, mu, mx, t, sum, &mu_min);
+            if (!(r < cum + upper)) { /* past the upper half: keep the lower */
+                cum += upper;
+                m = softmax_collect(s->pre, m, -INFINITY, mid, s->tmp);
+                phi = mid;
+            } else {
+                m = mu;
+                plo = mid;
+            }
+            memcpy(s->pre, s->tmp, (size_t)m * sizeof *s->pre);
+        }
+        if (m >= BAND_RADIX_MIN && ascend) radix_sort(s->pre, s->tmp, m);
+        else qsort(s->pre, (size_t)m, sizeof *s->pre, cand_cmp);
+        const int32_t i = walk(s->pre, m, sum, mx, t, -1.0f, r, &cum);
+        if (i >= 0) return s->pre[i].id;
+    }
+    return -1;
+}
+
 static int st_dist(sampler_t *s, const stage_t *st, cset_t *cs) {
     (void)st;
-    cset_sort(s, cs);
-    const int32_t n = cs->n;
-    const double sum = softmax_cand(s, cs, n, cs->temp);
-    double r = sampler_uniform(s), cum = 0;
-    for (int32_t i = 0; i < n; i++) {
-        cum += (float)(s->prob[i] / sum);
-        if (r < cum) {
-            cs->chosen = cs->c[i].id;
+    float mx;
+    bool finite;
+    const double sum = set_sum(cs, cs->temp, &mx, &finite);
+    const double r = sampler_uniform(s);
+    if (!cs->sorted && cs->n >= BANDED_MIN && finite) {
+        const int32_t id = skip_draw(s, cs, sum, mx, r);
+        if (id >= 0) {
+            cs->chosen = id;
             return 0;
         }
     }
-    cs->chosen = cs->c[n - 1].id; /* r within rounding of 1 */
+    cset_sort(s, cs);
+    double cum = 0;
+    const int32_t i = walk(cs->c, cs->n, sum, mx, cs->temp, -1.0f, r, &cum);
+    cs->chosen = cs->c[i >= 0 ? i : cs->n - 1].id; /* past the end: r within rounding of 1 */
     return 0;
 }
 
@@ -469,10 +636,10 @@ sampler_t *sampler_create_chain(const tern_sampler_params_t *p, const tern_sampl
     s->counts = calloc((size_t)w, sizeof *s->counts);
     s->cand = tern_calloc((size_t)n_vocab, sizeof *s->cand);
     s->tmp = tern_calloc((size_t)n_vocab, sizeof *s->tmp);
-    s->prob = tern_calloc((size_t)n_vocab, sizeof *s->prob);
+    s->pre = tern_calloc((size_t)n_vocab, sizeof *s->pre);
     s->where = tern_calloc((size_t)n_vocab, sizeof *s->where);
     s->top = malloc(((size_t)(p->top_k > 0 ? (p->top_k < n_vocab ? p->top_k : n_vocab) : 0) + 33) * sizeof *s->top);
-    if (!s->window || !s->seen || !s->counts || !s->cand || !s->tmp || !s->prob || !s->where || !s->top) goto oom;
+    if (!s->window || !s->seen || !s->counts || !s->cand || !s->tmp || !s->pre || !s->where || !s->top) goto oom;
     sampler_reset(s);
     return s;
 oom:
@@ -503,7 +670,7 @@ void sampler_free(sampler_t *s) {
     free(s->bias);
     tern_free(s->cand);
     tern_free(s->tmp);
-    tern_free(s->prob);
+    tern_free(s->pre);
     tern_free(s->where);
     free(s->top);
     free(s);
