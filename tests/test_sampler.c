@@ -409,6 +409,26 @@ static int32_t ref_sample(const tern_sampler_params_t *p, const float *logits, i
     return c[n - 1].id;
 }
 
+/* One step of a chain against ref_sample: the same token, then accepted
+ * by both (the penalty window the reference keeps here, its own RNG). */
+typedef struct {
+    int32_t win[64];
+    int nw, head;
+    uint64_t rng;
+} ref_run;
+static void ref_check(sampler_t *s, const tern_sampler_params_t *p, const float *l, int32_t V, ref_run *rr, ref_c *c,
+                      int k, int t) {
+    const int32_t want = ref_sample(p, l, V, rr->win, rr->nw, &rr->rng, c);
+    const int32_t got = sampler_sample(s, l);
+    if (got != want) fail_msg("config %d step %d: chain %d, reference %d", k, t, got, want);
+    sampler_accept(s, got);
+    if (p->repeat_last_n > 0) {
+        rr->win[rr->head] = got;
+        rr->head = (rr->head + 1) % p->repeat_last_n;
+        if (rr->nw < p->repeat_last_n) rr->nw++;
+    }
+}
+
 static void test_default_chain_matches_reference(void **state) {
     (void)state;
     const int32_t V = 1000;
@@ -426,21 +446,12 @@ static void test_default_chain_matches_reference(void **state) {
     cfg[5].temp = 0; /* greedy, no penalties: the fast path */
     for (int k = 0; k < 6; k++) {
         sampler_t *s = mk(&cfg[k], V);
-        int32_t win[64];
-        int nw = 0, head = 0;
-        uint64_t rng = cfg[k].seed, r = 12345 + (uint64_t)k;
+        ref_run rr = {.rng = cfg[k].seed};
+        uint64_t r = 12345 + (uint64_t)k;
         for (int t = 0; t < steps; t++) {
             for (int32_t i = 0; i < V; i++) l[i] = 2.0f * tu_randn(&r);
             if (t % 7 == 3) l[t % V] = l[(t + 1) % V]; /* ties */
-            int32_t want = ref_sample(&cfg[k], l, V, win, nw, &rng, c);
-            int32_t got = sampler_sample(s, l);
-            if (got != want) fail_msg("config %d step %d: chain %d, reference %d", k, t, got, want);
-            sampler_accept(s, got);
-            if (cfg[k].repeat_last_n > 0) {
-                win[head] = got;
-                head = (head + 1) % cfg[k].repeat_last_n;
-                if (nw < cfg[k].repeat_last_n) nw++;
-            }
+            ref_check(s, &cfg[k], l, V, &rr, c, k, t);
         }
         sampler_free(s);
     }
@@ -467,9 +478,8 @@ static void test_full_sort_matches_reference(void **state) {
     cfg[2].seed = 7;
     for (int k = 0; k < 3; k++) {
         sampler_t *s = mk(&cfg[k], V);
-        int32_t win[64];
-        int nw = 0, head = 0;
-        uint64_t rng = cfg[k].seed, r = 99 + (uint64_t)k;
+        ref_run rr = {.rng = cfg[k].seed};
+        uint64_t r = 99 + (uint64_t)k;
         for (int t = 0; t < steps; t++) {
             for (int32_t i = 0; i < V; i++) l[i] = (t % 3 ? 2.0f : 0.05f) * tu_randn(&r);
             if (t % 4 == 1)
@@ -480,15 +490,7 @@ static void test_full_sort_matches_reference(void **state) {
                 for (int32_t i = 0; i < V; i++) l[i] = -60.0f;
                 for (int32_t i = 0; i < 100; i++) l[7 * i + 3] = i % 2 ? -0.0f : 0.0f;
             }
-            const int32_t want = ref_sample(&cfg[k], l, V, win, nw, &rng, c);
-            const int32_t got = sampler_sample(s, l);
-            if (got != want) fail_msg("config %d step %d: chain %d, reference %d", k, t, got, want);
-            sampler_accept(s, got);
-            if (cfg[k].repeat_last_n > 0) {
-                win[head] = got;
-                head = (head + 1) % cfg[k].repeat_last_n;
-                if (nw < cfg[k].repeat_last_n) nw++;
-            }
+            ref_check(s, &cfg[k], l, V, &rr, c, k, t);
         }
         sampler_free(s);
     }
@@ -520,9 +522,8 @@ static void test_prefix_walk_matches_reference(void **state) {
     cfg[5].temp = 2.0f, cfg[5].top_p = 0.5f, cfg[5].min_p = 0.2f;
     for (int k = 0; k < NC; k++) {
         sampler_t *s = mk(&cfg[k], V);
-        int32_t win[64];
-        int nw = 0, head = 0;
-        uint64_t rng = cfg[k].seed, r = 7 + (uint64_t)k;
+        ref_run rr = {.rng = cfg[k].seed};
+        uint64_t r = 7 + (uint64_t)k;
         for (int t = 0; t < steps; t++) {
             const int kind = t % 6;
             for (int32_t i = 0; i < V; i++) {
@@ -535,15 +536,7 @@ static void test_prefix_walk_matches_reference(void **state) {
                 for (int32_t i = 0; i < 5; i++) l[(int32_t)(tu_rand(&r) % (uint64_t)V)] = -(float)i;
             }
             if (kind == 5) l[(int32_t)(tu_rand(&r) % (uint64_t)V)] = NAN;
-            const int32_t want = ref_sample(&cfg[k], l, V, win, nw, &rng, c);
-            const int32_t got = sampler_sample(s, l);
-            if (got != want) fail_msg("config %d step %d (kind %d): chain %d, reference %d", k, t, kind, got, want);
-            sampler_accept(s, got);
-            if (cfg[k].repeat_last_n > 0) {
-                win[head] = got;
-                head = (head + 1) % cfg[k].repeat_last_n;
-                if (nw < cfg[k].repeat_last_n) nw++;
-            }
+            ref_check(s, &cfg[k], l, V, &rr, c, k, t);
         }
         sampler_free(s);
     }

@@ -164,6 +164,13 @@ static bool ids_ascend(const cset_t *cs) {
     return true;
 }
 
+/* c[0..n) best first: radix_sort (through s->tmp) when n >= radix_min and
+ * the ids ascend (stable: the order cand_before defines), qsort otherwise. */
+static void sort_cands(sampler_t *s, cand_t *c, int32_t n, int32_t radix_min, bool ascend) {
+    if (n >= radix_min && ascend) radix_sort(c, s->tmp, n);
+    else qsort(c, (size_t)n, sizeof *c, cand_cmp);
+}
+
 /* Best first by cand_before: a large set whose ids ascend (the copied
  * vocabulary, or what a mask or a ban left of it) by radix_sort, which
  * costs a few passes where qsort's comparisons took most of a full-
@@ -171,8 +178,7 @@ static bool ids_ascend(const cset_t *cs) {
  * loaded server's time at 152k ids); qsort otherwise. */
 static void cset_sort(sampler_t *s, cset_t *cs) {
     if (cs->sorted) return;
-    if (cs->n >= RADIX_MIN && ids_ascend(cs)) radix_sort(cs->c, s->tmp, cs->n);
-    else qsort(cs->c, (size_t)cs->n, sizeof *cs->c, cand_cmp);
+    sort_cands(s, cs->c, cs->n, RADIX_MIN, cs->n >= RADIX_MIN && ids_ascend(cs));
     cs->sorted = true;
     cs->dense = false;
 }
@@ -250,7 +256,10 @@ static int32_t walk(const cand_t *c, int32_t n, double sum, float mx, float t, f
 #define BANDED_MIN RADIX_MIN
 /* Bands this large take the radix sort (its fixed cost is a few µs). */
 #define BAND_RADIX_MIN 64
-static const float k_band_nats[] = {2.0f, 4.0f, 6.0f, 8.0f, 11.0f, 15.0f, 20.0f, 28.0f, 40.0f, INFINITY};
+/* The bands' lower edges, in temperature units below the best logit (the
+ * last band: everything below the one before; the draw's skip_draw uses
+ * them too). */
+static const float k_band_nats[] = {2.0f, 4.0f, 7.0f, 10.0f, 14.0f, 20.0f, 28.0f, INFINITY};
 #define N_BANDS ((int)(sizeof k_band_nats / sizeof *k_band_nats))
 
 /* Band b of cs (finite logits; hi = tau_{b-1}, +INFINITY for the first),
@@ -259,8 +268,7 @@ static int32_t band_sorted(sampler_t *s, const cset_t *cs, float lo, float hi, i
     cand_t *o = s->pre + at;
     const int32_t m = softmax_collect(cs->c, cs->n, lo, hi, o);
     /* in the set's order: ids ascend here when they do there */
-    if (m >= BAND_RADIX_MIN && (cs->dense || ids_ascend(cs))) radix_sort(o, s->tmp, m);
-    else qsort(o, (size_t)m, sizeof *o, cand_cmp);
+    sort_cands(s, o, m, BAND_RADIX_MIN, m >= BAND_RADIX_MIN && ids_ascend(cs));
     return m;
 }
 
@@ -469,7 +477,7 @@ static int st_temp(sampler_t *s, const stage_t *st, cset_t *cs) {
 }
 
 /* The draw over a large unsorted set, without sorting what it does not
- * reach. The set is cut into bands by logit (k_skip_nats below the best;
+ * reach. The set is cut into banded_walk's bands (k_band_nats below the best;
  * one scan of the set collects a band), and a band the draw stops in is
  * halved by logit again until the part it stops in is small. Every part
  * is weighed before it is sorted (softmax_mass): when each probability in
@@ -481,8 +489,6 @@ static int st_temp(sampler_t *s, const stage_t *st, cset_t *cs) {
  * and walked whole, and so is every band after it. Returns the chosen id,
  * or -1 when the walk ran past the end (r within rounding of 1: the
  * caller's full sort decides). */
-static const float k_skip_nats[] = {2.0f, 4.0f, 7.0f, 10.0f, 14.0f, 20.0f, 28.0f, INFINITY};
-#define N_SKIP ((int)(sizeof k_skip_nats / sizeof *k_skip_nats))
 /* Parts at most this large are sorted rather than halved. */
 #define SKIP_SORT_MAX 1024
 static int32_t skip_draw(sampler_t *s, const cset_t *cs, double sum, float mx, double r) {
@@ -490,8 +496,8 @@ static int32_t skip_draw(sampler_t *s, const cset_t *cs, double sum, float mx, d
     const bool ascend = cs->dense || ids_ascend(cs);
     double cum = 0;
     float hi = INFINITY;
-    for (int b = 0; b < N_SKIP; b++) {
-        const float lo = b == N_SKIP - 1 ? -INFINITY : mx - t * k_skip_nats[b];
+    for (int b = 0; b < N_BANDS; b++) {
+        const float lo = b == N_BANDS - 1 ? -INFINITY : mx - t * k_band_nats[b];
         if (!(lo < hi)) continue; /* empty */
         int32_t m = softmax_collect(cs->c, cs->n, lo, hi, s->pre);
         const float band_hi = hi;
@@ -524,8 +530,7 @@ static int32_t skip_draw(sampler_t *s, const cset_t *cs, double sum, float mx, d
             }
             memcpy(s->pre, s->tmp, (size_t)m * sizeof *s->pre);
         }
-        if (m >= BAND_RADIX_MIN && ascend) radix_sort(s->pre, s->tmp, m);
-        else qsort(s->pre, (size_t)m, sizeof *s->pre, cand_cmp);
+        sort_cands(s, s->pre, m, BAND_RADIX_MIN, ascend);
         const int32_t i = walk(s->pre, m, sum, mx, t, -1.0f, r, &cum);
         if (i >= 0) return s->pre[i].id;
     }

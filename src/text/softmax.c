@@ -22,38 +22,14 @@
 #include <string.h>
 
 #include "core/cpu.h"
-
-#define EXP_LO (-87.0f)
-#define EXP_HI 88.0f
-#define LOG2E 1.44269504088896341f
-#define LN2_HI 0.693145751953125f         /* 11 significant bits: k * LN2_HI is exact */
-#define LN2_LO 1.42860682030941723212e-6f /* ln2 - LN2_HI */
-#define C2 (1.0f / 2.0f)
-#define C3 (1.0f / 6.0f)
-#define C4 (1.0f / 24.0f)
-#define C5 (1.0f / 120.0f)
-#define C6 (1.0f / 720.0f)
+#include "core/fexp.h"
 
 _Static_assert(sizeof(tern_token_logit_t) == 8, "a candidate is an (int32, float) pair");
 
 float tern_expf(float x) {
     if (x != x) return x;
-    if (x < EXP_LO) return 0.0f;
-    if (x > EXP_HI) x = EXP_HI;
-    const float k = nearbyintf(x * LOG2E);
-    float r = fmaf(-k, LN2_HI, x);
-    r = fmaf(-k, LN2_LO, r);
-    float p = C6;
-    p = fmaf(p, r, C5);
-    p = fmaf(p, r, C4);
-    p = fmaf(p, r, C3);
-    p = fmaf(p, r, C2);
-    p = fmaf(p, r, 1.0f);
-    p = fmaf(p, r, 1.0f);
-    const int32_t bits = ((int32_t)k + 127) * (1 << 23); /* k in [-126, 127] */
-    float s;
-    memcpy(&s, &bits, sizeof s);
-    return p * s;
+    if (x < FEXP_LO) return 0.0f;
+    return fexp_poly1(x > FEXP_HI ? FEXP_HI : x);
 }
 
 bool softmax_max_ref(const tern_token_logit_t *c, int32_t n, float *max) {
@@ -116,21 +92,8 @@ AVX2_FMA static inline __m256 logits8(const tern_token_logit_t *c) {
 /* tern_expf on 8 lanes. */
 AVX2_FMA static inline __m256 exp8(__m256 x) {
     const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-    const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_LO), _CMP_LT_OQ);
-    const __m256 xc = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(EXP_HI)), _mm256_set1_ps(EXP_LO));
-    const __m256 k =
-        _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(LOG2E)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(LN2_HI), xc);
-    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(LN2_LO), r);
-    __m256 p = _mm256_set1_ps(C6);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C5));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C4));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C3));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(C2));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-    const __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(FEXP_LO), _CMP_LT_OQ);
+    const __m256 y = fexp_poly8(_mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(FEXP_HI)), _mm256_set1_ps(FEXP_LO)));
     return _mm256_blendv_ps(_mm256_blendv_ps(y, _mm256_setzero_ps(), under), x, nan);
 }
 

@@ -18,17 +18,10 @@
 
 #include "tern_sampler.h"
 
-/* exp(x) for sampling. The definition, step by step (every step one IEEE
- * single-precision operation, round to nearest even):
- *   x NaN: x (the NaN); x < -87: +0; x > 88: x = 88;
- *   k = nearbyint(x * log2(e));
- *   r = fma(-k, LN2_HI, x); r = fma(-k, LN2_LO, r)   (ln2 split so that
- *       k * LN2_HI is exact);
- *   p = 1/720; p = fma(p, r, 1/120); ... fma(p, r, 1/2); fma(p, r, 1);
- *       fma(p, r, 1)   (the Taylor series to r^6, Horner's order);
- *   result = p * 2^k (2^k built in the exponent bits).
- * Relative error below about two float ulps for -87 <= x <= 88; exp(0) = 1
- * exactly; monotonic is not promised (nothing here relies on it). */
+/* exp(x) for sampling, defined as: x NaN: x (the NaN); x < -87: +0; else
+ * core/fexp.h's polynomial of min(x, 88) (every step one IEEE operation;
+ * relative error below about two float ulps; exp(0) = 1 exactly;
+ * monotonic is not promised, and nothing here relies on it). */
 float tern_expf(float x);
 
 /* The largest non-NaN logit of c[0..n) into *max (-INFINITY when there is
