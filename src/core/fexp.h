@@ -10,9 +10,13 @@
  *   result = p * 2^k (k + 127 written into the exponent bits).
  * Every step is one correctly rounded IEEE operation, so fexp_poly8 gives
  * fexp_poly1's bits in every lane. The truncated series' relative error at
- * |r| = ln2/2 is below 2e-7 (about two float ulps). Callers clamp (and treat
- * NaN and underflow) their own way, and are compiled without floating-point
- * contraction (CMakeLists.txt), so nothing else is fused.
+ * |r| = ln2/2 is below 2e-7 (about two float ulps). fexp1 / fexp8 are the
+ * whole function on any float: NaN gives NaN, x < FEXP_LO gives +0 (the
+ * true value is below 1.7e-38), x > FEXP_HI gives exp(88); the sampler's
+ * probabilities (text/softmax.c) and attention's softmax weights
+ * (kernels/attention.c) are defined by it, so their bits do not depend on
+ * libm or on whether the CPU has FMA. Nothing outside the explicit fmaf
+ * calls may be fused: p * s and x * LOG2E have no add to fuse with.
  */
 #ifndef TERN_CORE_FEXP_H
 #define TERN_CORE_FEXP_H
@@ -50,6 +54,13 @@ static inline float fexp_poly1(float xc) {
     return p * s;
 }
 
+/* exp(x) for every float x (see the header). */
+static inline float fexp1(float x) {
+    if (x != x) return x;
+    if (x < FEXP_LO) return 0.0f;
+    return fexp_poly1(x > FEXP_HI ? FEXP_HI : x);
+}
+
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 
@@ -68,6 +79,13 @@ static inline __attribute__((always_inline, target("avx2,fma"))) __m256 fexp_pol
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+/* fexp1 on 8 lanes. */
+static inline __attribute__((always_inline, target("avx2,fma"))) __m256 fexp8(__m256 x) {
+    const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+    const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(FEXP_LO), _CMP_LT_OQ);
+    const __m256 y = fexp_poly8(_mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(FEXP_HI)), _mm256_set1_ps(FEXP_LO)));
+    return _mm256_blendv_ps(_mm256_blendv_ps(y, _mm256_setzero_ps(), under), x, nan);
 }
 #endif
 

@@ -18,14 +18,24 @@
  * -p 512 -n 32 -r 2`, AMD EPYC (Zen 4): 84.1 -> 103.3 tok/s against one
  * head at a time (same run, alternated).
  *
+ * The softmax weights are exp(s - max) by core/fexp.h's fexp1 (not libm's
+ * expf): a fixed sequence of IEEE operations whose vector form gives the
+ * same bits, so the AVX2 loops take eight weights at once and the result
+ * does not depend on the C library or on whether the CPU has FMA. Each
+ * head's running max and sum keep the plain loop's order (the heads'
+ * chains interleaved). As a tile starts, its V rows and the next tile's K
+ * rows are prefetched into L2 (at long contexts they come from DRAM).
+ *
  * The scalar inner loops here are the reference; attention_avx2.c has the
  * AVX2/F16C ones (used for ISA_AVX2 and ISA_AVX512).
  */
 #include <math.h>
 #include <stdbool.h>
+#include <string.h>
 
 #include "kernels/attention_impl.h"
 #include "core/common.h"
+#include "core/fexp.h"
 #include "kernels/kernels.h"
 
 #define ATTN_TILE 64
@@ -68,7 +78,15 @@ static void accum(float *acc, size_t accstride, const float *p, size_t pstride, 
     }
 }
 
-const attn_vt_t attn_vt_scalar = {scores, accum};
+static void expsub(float *s, int n, float m) {
+    for (int t = 0; t < n; t++) s[t] = fexp1(s[t] - m);
+}
+
+static void scale(float *out, const float *in, int n, float c) {
+    for (int d = 0; d < n; d++) out[d] = in[d] * c;
+}
+
+const attn_vt_t attn_vt_scalar = {scores, accum, expsub, scale};
 
 /* ---- the driver -------------------------------------------------------- */
 
@@ -98,6 +116,25 @@ static int run_of(const attn_job_t *j, int64_t t, int n) {
     return left < n ? (int)left : n;
 }
 
+/* Prefetch (into L2) the rows of keys t0 .. t1-1 of KV head g (K or V
+ * cache base). At long contexts the rows come from DRAM, 1 KB or more
+ * apart: fetched only one chunk ahead (chunk_rows) they arrived one latency
+ * at a time (dev/ab/attn_ab.c: 8 sequences x 512 positions read K / V at
+ * 5 GB/s), so attn_heads asks for the next tile's K and this tile's V as a
+ * tile starts. Spreading these prefetches over the tile's chunks measured
+ * slower; into L1 they would not fit (one head's rows 1 KB apart fall into
+ * 8 of its 64 sets). */
+static void prefetch_rows(const attn_job_t *j, const void *base, const int32_t *blocks, int g, int64_t t0, int64_t t1) {
+    const size_t bytes = (size_t)j->a->head_dim * j->elt;
+    for (int64_t t = t0; t < t1;) {
+        const int r = run_of(j, t, t1 - t < ATTN_TILE ? (int)(t1 - t) : ATTN_TILE);
+        const char *p = key_row(j, base, blocks, g, t);
+        for (int i = 0; i < r; i++, p += j->pos_stride)
+            for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
+        t += r;
+    }
+}
+
 /* Query heads qh + h * head_dim (h < nh <= ATTN_GMAX, one GQA group's)
  * over keys 0..n_keys-1 of KV head g, each head with its own running max,
  * sum and accumulator: the steps of one head, the K / V rows shared. A tile
@@ -116,38 +153,42 @@ static void attn_heads(const attn_job_t *j, const int32_t *blocks, int g, int nh
     const size_t as = (size_t)hd + 16;
     float s[ATTN_GMAX][ATTN_TILE];
     float m[ATTN_GMAX], l[ATTN_GMAX];
+    memset(accbuf, 0, sizeof(float) * as * (size_t)nh);
     for (int h = 0; h < nh; h++) {
-        float *acc = accbuf + (size_t)h * as;
-        for (int d = 0; d < hd; d++) acc[d] = 0.0f;
         m[h] = -INFINITY;
         l[h] = 0.0f;
     }
+    prefetch_rows(j, a->k_cache, blocks, g, 0, n_keys < ATTN_TILE ? n_keys : ATTN_TILE);
     for (int64_t t0 = 0; t0 < n_keys; t0 += ATTN_TILE) {
         const int nt = n_keys - t0 < ATTN_TILE ? (int)(n_keys - t0) : ATTN_TILE;
+        prefetch_rows(j, a->v_cache, blocks, g, t0, t0 + nt);
+        prefetch_rows(j, a->k_cache, blocks, g, t0 + nt, n_keys - t0 - nt < ATTN_TILE ? n_keys : t0 + nt + ATTN_TILE);
         for (int t = 0; t < nt;) {
             const int r = run_of(j, t0 + t, nt - t);
             j->vt->scores(qh, (size_t)hd, nh, key_row(j, a->k_cache, blocks, g, t0 + t), j->pos_stride, r, hd, a->scale,
                           &s[0][t], ATTN_TILE, a->kv_type == TYPE_F16);
             t += r;
         }
+        /* Each head's max, weights and sum, the heads' chains interleaved
+         * (each head's own order is the plain loop's). */
+        float mt[ATTN_GMAX];
+        for (int h = 0; h < nh; h++) mt[h] = s[h][0];
+        for (int t = 1; t < nt; t++)
+            for (int h = 0; h < nh; h++) mt[h] = s[h][t] > mt[h] ? s[h][t] : mt[h];
         for (int h = 0; h < nh; h++) {
-            float *sh = s[h];
-            float mt = sh[0];
-            for (int t = 1; t < nt; t++) mt = sh[t] > mt ? sh[t] : mt;
-            if (mt > m[h]) {
+            if (mt[h] > m[h]) {
                 if (m[h] != -INFINITY) {
-                    const float c = expf(m[h] - mt);
+                    const float c = fexp1(m[h] - mt[h]);
                     l[h] *= c;
                     float *acc = accbuf + (size_t)h * as;
-                    for (int d = 0; d < hd; d++) acc[d] *= c;
+                    j->vt->scale(acc, acc, hd, c);
                 }
-                m[h] = mt;
+                m[h] = mt[h];
             }
-            for (int t = 0; t < nt; t++) {
-                sh[t] = expf(sh[t] - m[h]);
-                l[h] += sh[t];
-            }
+            j->vt->expsub(s[h], nt, m[h]);
         }
+        for (int t = 0; t < nt; t++)
+            for (int h = 0; h < nh; h++) l[h] += s[h][t];
         for (int t = 0; t < nt;) {
             const int r = run_of(j, t0 + t, nt - t);
             j->vt->accum(accbuf, as, &s[0][t], ATTN_TILE, nh,
@@ -155,11 +196,7 @@ static void attn_heads(const attn_job_t *j, const int32_t *blocks, int g, int nh
             t += r;
         }
     }
-    for (int h = 0; h < nh; h++) {
-        const float inv = 1.0f / l[h];
-        const float *acc = accbuf + (size_t)h * as;
-        for (int d = 0; d < hd; d++) oh[(size_t)h * (size_t)hd + (size_t)d] = acc[d] * inv;
-    }
+    for (int h = 0; h < nh; h++) j->vt->scale(oh + (size_t)h * (size_t)hd, accbuf + (size_t)h * as, hd, 1.0f / l[h]);
 }
 
 static int attn_rows(void *ctx, int64_t r0, int64_t r1, int worker) {

@@ -16,7 +16,7 @@
  * head's float operations are those of a one-head call, in the same order
  * (the heads only share the loads and conversions), so the grouping does
  * not change a bit. */
-#define ATTN_GMAX 4
+#define ATTN_GMAX 8
 
 /* s_h[t] = scale * (q_h . k_t) for t < nt, h < nh; f16: the cache rows
  * are F16 (else F32). */
@@ -26,9 +26,17 @@ typedef void (*attn_scores_fn)(const float *q, size_t qstride, int nh, const voi
 typedef void (*attn_accum_fn)(float *acc, size_t accstride, const float *p, size_t pstride, int nh, const void *v,
                               size_t vstride, int nt, int hd, bool f16);
 
+/* s[t] = fexp1(s[t] - m) for t < n (core/fexp.h: the same bits in every
+ * ISA's form). */
+typedef void (*attn_expsub_fn)(float *s, int n, float m);
+/* out[d] = in[d] * c for d < n (out may be in). */
+typedef void (*attn_scale_fn)(float *out, const float *in, int n, float c);
+
 typedef struct {
     attn_scores_fn scores;
     attn_accum_fn accum;
+    attn_expsub_fn expsub;
+    attn_scale_fn scale;
 } attn_vt_t;
 
 extern const attn_vt_t attn_vt_scalar;

@@ -26,11 +26,7 @@
 
 _Static_assert(sizeof(tern_token_logit_t) == 8, "a candidate is an (int32, float) pair");
 
-float tern_expf(float x) {
-    if (x != x) return x;
-    if (x < FEXP_LO) return 0.0f;
-    return fexp_poly1(x > FEXP_HI ? FEXP_HI : x);
-}
+float tern_expf(float x) { return fexp1(x); }
 
 bool softmax_max_ref(const tern_token_logit_t *c, int32_t n, float *max) {
     float m = -INFINITY;
@@ -89,14 +85,6 @@ AVX2_FMA static inline __m256 logits8(const tern_token_logit_t *c) {
     return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(x), _MM_SHUFFLE(3, 1, 2, 0)));
 }
 
-/* tern_expf on 8 lanes. */
-AVX2_FMA static inline __m256 exp8(__m256 x) {
-    const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-    const __m256 under = _mm256_cmp_ps(x, _mm256_set1_ps(FEXP_LO), _CMP_LT_OQ);
-    const __m256 y = fexp_poly8(_mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(FEXP_HI)), _mm256_set1_ps(FEXP_LO)));
-    return _mm256_blendv_ps(_mm256_blendv_ps(y, _mm256_setzero_ps(), under), x, nan);
-}
-
 AVX2_FMA static bool max_avx2(const tern_token_logit_t *c, int32_t n, float *max) {
     const __m256 inf = _mm256_set1_ps(INFINITY), abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     __m256 m = _mm256_set1_ps(-INFINITY), fin = _mm256_castsi256_ps(_mm256_set1_epi32(-1));
@@ -123,7 +111,7 @@ AVX2_FMA static double sum_avx2(const tern_token_logit_t *c, int32_t n, float m,
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
     int32_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        const __m256 e = exp8(_mm256_div_ps(_mm256_sub_ps(logits8(c + i), mv), tv));
+        const __m256 e = fexp8(_mm256_div_ps(_mm256_sub_ps(logits8(c + i), mv), tv));
         s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
         s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
     }
@@ -139,7 +127,7 @@ AVX2_FMA static void probs_avx2(const tern_token_logit_t *c, int32_t n, float m,
     const __m256d sv = _mm256_set1_pd(sum);
     int32_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        const __m256 e = exp8(_mm256_div_ps(_mm256_sub_ps(logits8(c + i), mv), tv));
+        const __m256 e = fexp8(_mm256_div_ps(_mm256_sub_ps(logits8(c + i), mv), tv));
         const __m256d q0 = _mm256_div_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e)), sv);
         const __m256d q1 = _mm256_div_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)), sv);
         _mm256_storeu_pd(p + i, _mm256_cvtps_pd(_mm256_cvtpd_ps(q0)));
@@ -164,7 +152,7 @@ AVX2_FMA static int32_t collect_avx2(const tern_token_logit_t *c, int32_t n, flo
     return m + softmax_collect_ref(c + i, n - i, lo, hi, out + m);
 }
 
-AVX2_FMA static void expf8_avx2(const float *x, float *out) { _mm256_storeu_ps(out, exp8(_mm256_loadu_ps(x))); }
+AVX2_FMA static void expf8_avx2(const float *x, float *out) { _mm256_storeu_ps(out, fexp8(_mm256_loadu_ps(x))); }
 
 static bool have_avx2_fma(void) {
     const cpu_features_t *f = cpu_features();
