@@ -868,11 +868,15 @@ static void test_attention_paged(void **state) {
                 table[i] = table[j];
                 table[j] = t;
             }
-            for (int64_t p = 0; p < npos; p++) {
-                const size_t off = (size_t)table[p / bp] * bb + (size_t)(p % bp) * pos_bytes;
-                memcpy(kp + off, (const unsigned char *)c.k + (size_t)p * pos_bytes, pos_bytes);
-                memcpy(vp + off, (const unsigned char *)c.v + (size_t)p * pos_bytes, pos_bytes);
-            }
+            /* Head-major blocks: head g's row r of block b at b * bb + (g * bp + r) * head_bytes. */
+            const size_t head_bytes = pos_bytes / nkv;
+            for (int64_t p = 0; p < npos; p++)
+                for (int g = 0; g < nkv; g++) {
+                    const size_t off = (size_t)table[p / bp] * bb + (size_t)((int64_t)g * bp + p % bp) * head_bytes;
+                    const size_t src = (size_t)p * pos_bytes + (size_t)g * head_bytes;
+                    memcpy(kp + off, (const unsigned char *)c.k + src, head_bytes);
+                    memcpy(vp + off, (const unsigned char *)c.v + src, head_bytes);
+                }
             kern_attn_t pa = c.a;
             pa.k_cache = kp;
             pa.v_cache = vp;

@@ -504,14 +504,19 @@ static void test_restore_rejects_f32(void **state) {
 
 /* ---- the module on its own ------------------------------------------------------------- */
 
-/* The rows of position p of a sequence where the attention kernel reads
- * them: block table[p / block_pos] of the layer's base pointer, row
- * p % block_pos. */
-static const unsigned char *kernel_row(const kv_cache_t *c, int seq, int v, int64_t layer, int64_t p) {
+/* Position p of a sequence where the attention kernel reads it, gathered
+ * into position-major order (out: pos_bytes): head g's row is row
+ * p % block_pos of head g in block table[p / block_pos] of the layer's
+ * base pointer (head-major blocks, kernels.h). */
+static const unsigned char *kernel_row(const kv_cache_t *c, int seq, int v, int64_t layer, int64_t p,
+                                       unsigned char *out) {
     const kv_layout_t *lo = kv_cache_layout(c);
     const unsigned char *base = v ? kv_cache_v(c, layer) : kv_cache_k(c, layer);
-    return base + (size_t)kv_seq_blocks(c, seq)[p / lo->block_pos] * lo->block_bytes +
-           (size_t)(p % lo->block_pos) * lo->pos_bytes;
+    const unsigned char *blk = base + (size_t)kv_seq_blocks(c, seq)[p / lo->block_pos] * lo->block_bytes;
+    for (int64_t g = 0; g < lo->n_head_kv; g++)
+        memcpy(out + (size_t)g * lo->head_bytes, blk + (size_t)(g * lo->block_pos + p % lo->block_pos) * lo->head_bytes,
+               lo->head_bytes);
+    return out;
 }
 
 /* A memory of type, n_layer layers, 2 K/V heads of 4, n_ctx positions in
@@ -594,8 +599,10 @@ static void expect_pos_x(const kv_cache_t *c, int seq, int64_t p, int tag, int64
             fail();
         }
         /* The kernel's view of the same position. */
-        assert_memory_equal(kernel_row(c, seq, 0, l, p), k, lo->pos_bytes);
-        assert_memory_equal(kernel_row(c, seq, 1, l, p), v, lo->pos_bytes);
+        unsigned char kr[256];
+        assert_true(lo->pos_bytes <= sizeof kr);
+        assert_memory_equal(kernel_row(c, seq, 0, l, p, kr), k, lo->pos_bytes);
+        assert_memory_equal(kernel_row(c, seq, 1, l, p, kr), v, lo->pos_bytes);
     }
     if (ids) assert_int_equal(kv_seq_ids(c, seq)[p], tag * 1000 + q);
 }
@@ -750,13 +757,15 @@ static void raw_range(int type) {
         kv_seq_get_raw(b, 1, l, 0, 6, kb, vb);
         assert_memory_equal(ka, kb, 6 * lo->pos_bytes);
         assert_memory_equal(va, vb, 6 * lo->pos_bytes);
-        /* Position p is row p % block_pos of block table[p / block_pos],
+        /* Position p is row p % block_pos of each head in block table[p / block_pos],
          * block b at b * block_bytes of the layer: for both block sizes. */
+        unsigned char kr[256];
+        assert_true(lo->pos_bytes <= sizeof kr);
         for (int64_t p = 0; p < 6; p++) {
-            assert_memory_equal(kernel_row(a, 0, 0, l, p), ka + p * lo->pos_bytes, lo->pos_bytes);
-            assert_memory_equal(kernel_row(a, 0, 1, l, p), va + p * lo->pos_bytes, lo->pos_bytes);
-            assert_memory_equal(kernel_row(b, 1, 0, l, p), ka + p * lo->pos_bytes, lo->pos_bytes);
-            assert_memory_equal(kernel_row(b, 1, 1, l, p), va + p * lo->pos_bytes, lo->pos_bytes);
+            assert_memory_equal(kernel_row(a, 0, 0, l, p, kr), ka + p * lo->pos_bytes, lo->pos_bytes);
+            assert_memory_equal(kernel_row(a, 0, 1, l, p, kr), va + p * lo->pos_bytes, lo->pos_bytes);
+            assert_memory_equal(kernel_row(b, 1, 0, l, p, kr), ka + p * lo->pos_bytes, lo->pos_bytes);
+            assert_memory_equal(kernel_row(b, 1, 1, l, p, kr), va + p * lo->pos_bytes, lo->pos_bytes);
         }
         /* A range that starts inside a block and crosses two boundaries. */
         kv_seq_get_raw(b, 1, l, 1, 4, kb, vb);
@@ -869,8 +878,11 @@ static void test_layout_and_writer(void **state) {
     const int32_t b0 = kv_seq_blocks(c, 0)[0];
     const fp16_t *k1 = (const fp16_t *)((const unsigned char *)kv_cache_k(c, 1) + (size_t)b0 * lo.block_bytes);
     const fp16_t *v2 = (const fp16_t *)((const unsigned char *)kv_cache_v(c, 2) + (size_t)b0 * lo.block_bytes);
-    assert_int_equal(k1[17], f32_to_fp16(17.0f));
-    assert_int_equal(v2[31], f32_to_fp16(-31.0f));
+    /* Head-major blocks of 4 positions: position p, head g, element d at
+     * (g * 4 + p) * 8 + d; the stored value was p * 16 + g * 8 + d. */
+    assert_int_equal(k1[(0 * 4 + 1) * 8 + 1], f32_to_fp16(17.0f));
+    assert_int_equal(k1[(1 * 4 + 0) * 8 + 2], f32_to_fp16(10.0f));
+    assert_int_equal(v2[(1 * 4 + 1) * 8 + 7], f32_to_fp16(-31.0f));
     assert_true((const unsigned char *)kv_cache_k(c, 1) - (const unsigned char *)kv_cache_k(c, 0) ==
                 (ptrdiff_t)lo.layer_bytes);
     /* Positions 2, 3 are reserved (the rest of the block): 9 are not. */

@@ -99,13 +99,15 @@ typedef struct {
     float *out;
     size_t elt;        /* bytes per cache element */
     size_t pos_stride; /* bytes between cache positions (within a block) */
+    size_t head_stride; /* bytes between KV heads (within a block) */
     int64_t block_pos; /* positions per block (contiguous: INT64_MAX) */
 } attn_job_t;
 
 /* Key position t of KV head g in a cache base (K or V): row t % block_pos of
- * block blocks[t / block_pos], or row t of a contiguous cache. */
+ * head g in block blocks[t / block_pos] (head-major blocks), or head g of
+ * row t of a contiguous cache. */
 static const char *key_row(const attn_job_t *j, const void *base, const int32_t *blocks, int g, int64_t t) {
-    const char *b = (const char *)base + (size_t)g * (size_t)j->a->head_dim * j->elt;
+    const char *b = (const char *)base + (size_t)g * j->head_stride;
     if (!blocks) return b + (size_t)t * j->pos_stride;
     return b + (size_t)blocks[t / j->block_pos] * j->a->block_bytes + (size_t)(t % j->block_pos) * j->pos_stride;
 }
@@ -117,13 +119,13 @@ static int run_of(const attn_job_t *j, int64_t t, int n) {
 }
 
 /* Prefetch (into L2) the rows of keys t0 .. t1-1 of KV head g (K or V
- * cache base). At long contexts the rows come from DRAM, 1 KB or more
- * apart: fetched only one chunk ahead (chunk_rows) they arrived one latency
- * at a time (dev/ab/attn_ab.c: 8 sequences x 512 positions read K / V at
- * 5 GB/s), so attn_heads asks for the next tile's K and this tile's V as a
- * tile starts. Spreading these prefetches over the tile's chunks measured
- * slower; into L1 they would not fit (one head's rows 1 KB apart fall into
- * 8 of its 64 sets). */
+ * cache base). At long contexts the rows come from DRAM: fetched only one
+ * chunk ahead (chunk_rows) they arrived one latency at a time
+ * (dev/ab/attn_ab.c: 8 sequences x 512 positions read K / V at 5 GB/s),
+ * so attn_heads asks for the next tile's K and this tile's V as a tile
+ * starts. Spreading these prefetches over the tile's chunks measured
+ * slower. With head-major blocks (kernels.h) a head's rows are contiguous,
+ * yet without these prefetches the blocks still came at the old speed. */
 static void prefetch_rows(const attn_job_t *j, const void *base, const int32_t *blocks, int g, int64_t t0, int64_t t1) {
     const size_t bytes = (size_t)j->a->head_dim * j->elt;
     for (int64_t t = t0; t < t1;) {
@@ -132,6 +134,44 @@ static void prefetch_rows(const attn_job_t *j, const void *base, const int32_t *
         for (int i = 0; i < r; i++, p += j->pos_stride)
             for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
         t += r;
+    }
+}
+
+/* mt[h] = the max of s[h][0..nt-1] by the plain loop (a NaN first score
+ * stays, later NaNs are skipped), four heads' chains at a time in
+ * registers (in an array indexed by head they went through memory, a
+ * store-to-load forward per score). */
+static void tile_max(float (*s)[ATTN_TILE], int nh, int nt, float *mt) {
+    int h = 0;
+    for (; h + 4 <= nh; h += 4) {
+        float a = s[h][0], b = s[h + 1][0], c = s[h + 2][0], d = s[h + 3][0];
+        for (int t = 1; t < nt; t++) {
+            a = s[h][t] > a ? s[h][t] : a;
+            b = s[h + 1][t] > b ? s[h + 1][t] : b;
+            c = s[h + 2][t] > c ? s[h + 2][t] : c;
+            d = s[h + 3][t] > d ? s[h + 3][t] : d;
+        }
+        mt[h] = a, mt[h + 1] = b, mt[h + 2] = c, mt[h + 3] = d;
+    }
+    for (; h < nh; h++) {
+        float a = s[h][0];
+        for (int t = 1; t < nt; t++) a = s[h][t] > a ? s[h][t] : a;
+        mt[h] = a;
+    }
+}
+
+/* l[h] += s[h][t] for t = 0..nt-1 in order, four heads at a time. */
+static void tile_sum(float (*s)[ATTN_TILE], int nh, int nt, float *l) {
+    int h = 0;
+    for (; h + 4 <= nh; h += 4) {
+        float a = l[h], b = l[h + 1], c = l[h + 2], d = l[h + 3];
+        for (int t = 0; t < nt; t++) a += s[h][t], b += s[h + 1][t], c += s[h + 2][t], d += s[h + 3][t];
+        l[h] = a, l[h + 1] = b, l[h + 2] = c, l[h + 3] = d;
+    }
+    for (; h < nh; h++) {
+        float a = l[h];
+        for (int t = 0; t < nt; t++) a += s[h][t];
+        l[h] = a;
     }
 }
 
@@ -169,12 +209,9 @@ static void attn_heads(const attn_job_t *j, const int32_t *blocks, int g, int nh
                           &s[0][t], ATTN_TILE, a->kv_type == TYPE_F16);
             t += r;
         }
-        /* Each head's max, weights and sum, the heads' chains interleaved
-         * (each head's own order is the plain loop's). */
+        /* Each head's max, weights and sum in the plain loop's order. */
         float mt[ATTN_GMAX];
-        for (int h = 0; h < nh; h++) mt[h] = s[h][0];
-        for (int t = 1; t < nt; t++)
-            for (int h = 0; h < nh; h++) mt[h] = s[h][t] > mt[h] ? s[h][t] : mt[h];
+        tile_max(s, nh, nt, mt);
         for (int h = 0; h < nh; h++) {
             if (mt[h] > m[h]) {
                 if (m[h] != -INFINITY) {
@@ -187,8 +224,7 @@ static void attn_heads(const attn_job_t *j, const int32_t *blocks, int g, int nh
             }
             j->vt->expsub(s[h], nt, m[h]);
         }
-        for (int t = 0; t < nt; t++)
-            for (int h = 0; h < nh; h++) l[h] += s[h][t];
+        tile_sum(s, nh, nt, l);
         for (int t = 0; t < nt;) {
             const int r = run_of(j, t0 + t, nt - t);
             j->vt->accum(accbuf, as, &s[0][t], ATTN_TILE, nh,
@@ -284,7 +320,7 @@ int kern_attention(tern_pool_t *pool, const kern_attn_t *a, int64_t pos0, int64_
         return tern_err(err, TERN_EINVAL, "kern_attention: a cache of %lld + %lld positions overflows", (long long)pos0,
                         (long long)nq);
     attn_job_t j = {a, attn_vt(), pos0, NULL, q, out, elt, (size_t)a->n_kv_heads * (size_t)a->head_dim * elt,
-                    INT64_MAX};
+                    (size_t)a->head_dim * elt, INT64_MAX};
     return attn_run(pool, &j, nq, pos0 + nq - 1, err);
 }
 
@@ -307,6 +343,7 @@ int kern_attention_batch(tern_pool_t *pool, const kern_attn_t *a, int64_t nq, co
                             (long long)i, (long long)qs[i].pos);
         if (qs[i].pos > max_pos) max_pos = qs[i].pos;
     }
-    attn_job_t j = {a, attn_vt(), 0, qs, q, out, elt, pos_stride, a->block_pos};
+    attn_job_t j = {a, attn_vt(), 0, qs, q, out, elt, (size_t)a->head_dim * elt,
+                    (size_t)a->block_pos * (size_t)a->head_dim * elt, a->block_pos};
     return attn_run(pool, &j, nq, max_pos, err);
 }

@@ -237,10 +237,12 @@ int kern_matmul_batch(tern_pool_t *pool, int np, const kern_prod_t *p, tern_erro
  * or TERN_EINVAL.
  *
  * Paging (kern_attention_batch): the cache is blocks of block_pos positions,
- * block b at k_cache + b * block_bytes (v_cache likewise); a query's
- * sequence maps its position p to block blocks[p / block_pos], row
- * p % block_pos. kern_attention reads one contiguous cache (block_pos and
- * block_bytes are ignored there). */
+ * block b at k_cache + b * block_bytes (v_cache likewise), each block
+ * head-major: [n_kv_heads][block_pos][head_dim], so one KV head's rows of
+ * a block are contiguous; a query's sequence maps its position p to block
+ * blocks[p / block_pos], row p % block_pos. kern_attention reads one
+ * contiguous cache in the layout above (block_pos and block_bytes are
+ * ignored there). */
 #define KERN_ATTN_MAX_HEAD_DIM 1024
 typedef struct {
     int n_heads, n_kv_heads, head_dim;

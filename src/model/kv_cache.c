@@ -67,6 +67,7 @@ int kv_layout_init(kv_layout_t *lo, int type, int64_t n_layer, int64_t n_ctx, in
     lo->block_pos = block_pos;
     lo->n_blocks = n_blocks;
     lo->elt_bytes = (size_t)elt;
+    lo->head_bytes = (size_t)head_dim * (size_t)elt;
     lo->pos_bytes = (size_t)pos_bytes;
     lo->block_bytes = (size_t)block_bytes;
     lo->layer_bytes = (size_t)layer_bytes;
@@ -202,19 +203,38 @@ static void blk_drop(kv_cache_t *c, int32_t id) {
     if (--c->ref[id] == 0) c->free_ids[c->n_free++] = id;
 }
 
-/* Row r of block b of one layer's K (v = 0) or V (v = 1). */
-static unsigned char *blk_row(const kv_cache_t *c, int v, int64_t layer, int32_t b, int64_t r) {
+/* Head g's row r of block b of one layer's K (v = 0) or V (v = 1): head
+ * g's rows of the block follow it contiguously. */
+static unsigned char *blk_row(const kv_cache_t *c, int v, int64_t layer, int32_t b, int64_t g, int64_t r) {
     return (v ? c->v : c->k) + (size_t)layer * c->lo.layer_bytes + (size_t)b * c->lo.block_bytes +
-           (size_t)r * c->lo.pos_bytes;
+           (size_t)(g * c->lo.block_pos + r) * c->lo.head_bytes;
 }
 
-/* Position pos of a sequence in one layer's K (v = 0) or V (v = 1); the rows
- * up to the end of its block follow it contiguously. */
-static unsigned char *seq_row(const kv_cache_t *c, const kv_seq_t *s, int v, int64_t layer, int64_t pos) {
-    return blk_row(c, v, layer, s->blk[pos / c->lo.block_pos], pos % c->lo.block_pos);
+/* Head g's row of position pos of a sequence; the head's rows up to the end
+ * of the block follow it contiguously. */
+static unsigned char *seq_row(const kv_cache_t *c, const kv_seq_t *s, int v, int64_t layer, int64_t g, int64_t pos) {
+    return blk_row(c, v, layer, s->blk[pos / c->lo.block_pos], g, pos % c->lo.block_pos);
 }
 
-/* Positions from pos to the end of its block, at most n. */
+/* Positions pos .. pos+m-1 (inside one block) out to / in from m
+ * position-major rows (pos_bytes each, the heads side by side). */
+static void run_out(const kv_cache_t *c, const kv_seq_t *s, int v, int64_t layer, int64_t pos, int64_t m,
+                    unsigned char *dst) {
+    const size_t hb = c->lo.head_bytes;
+    for (int64_t g = 0; g < c->lo.n_head_kv; g++) {
+        const unsigned char *src = seq_row(c, s, v, layer, g, pos);
+        for (int64_t i = 0; i < m; i++) memcpy(dst + (size_t)i * c->lo.pos_bytes + (size_t)g * hb, src + (size_t)i * hb, hb);
+    }
+}
+static void run_in(kv_cache_t *c, const kv_seq_t *s, int v, int64_t layer, int64_t pos, int64_t m,
+                   const unsigned char *src) {
+    const size_t hb = c->lo.head_bytes;
+    for (int64_t g = 0; g < c->lo.n_head_kv; g++) {
+        unsigned char *dst = seq_row(c, s, v, layer, g, pos);
+        for (int64_t i = 0; i < m; i++) memcpy(dst + (size_t)i * hb, src + (size_t)i * c->lo.pos_bytes + (size_t)g * hb, hb);
+    }
+}
+
 static int64_t run_len(const kv_layout_t *lo, int64_t pos, int64_t n) {
     const int64_t left = lo->block_pos - pos % lo->block_pos;
     return n < left ? n : left;
@@ -254,9 +274,11 @@ int kv_seq_reserve(kv_cache_t *c, int seq, int64_t n, tern_error_t *err) {
     if (cow) {
         const int64_t i = s->n_pos / bp;
         const int32_t old = s->blk[i], nb = blk_take(c);
-        const size_t bytes = (size_t)(s->n_pos % bp) * c->lo.pos_bytes;
+        const size_t bytes = (size_t)(s->n_pos % bp) * c->lo.head_bytes;
         for (int64_t l = 0; l < c->lo.n_layer; l++)
-            for (int v = 0; v < 2; v++) memcpy(blk_row(c, v, l, nb, 0), blk_row(c, v, l, old, 0), bytes);
+            for (int v = 0; v < 2; v++)
+                for (int64_t g = 0; g < c->lo.n_head_kv; g++)
+                    memcpy(blk_row(c, v, l, nb, g, 0), blk_row(c, v, l, old, g, 0), bytes);
         blk_drop(c, old);
         s->blk[i] = nb;
     }
@@ -317,15 +339,22 @@ void kv_seq_store(kv_cache_t *c, int seq, int64_t layer, int64_t pos, int64_t n,
     while (n > 0) {
         const int64_t m = run_len(&c->lo, pos, n), elems = m * row;
         TERN_CHECK(c->ref[s->blk[pos / c->lo.block_pos]] == 1); /* reserved: copied if it was shared */
-        unsigned char *kd = seq_row(c, s, 0, layer, pos), *vd = seq_row(c, s, 1, layer, pos);
-        if (c->lo.type == TYPE_F32) {
-            memcpy(kd, k, (size_t)elems * sizeof(float));
-            memcpy(vd, v, (size_t)elems * sizeof(float));
-        } else {
-            fp16_t *kc = (fp16_t *)(void *)kd, *vc = (fp16_t *)(void *)vd;
-            for (int64_t j = 0; j < elems; j++) {
-                kc[j] = f32_to_fp16(k[j]);
-                vc[j] = f32_to_fp16(v[j]);
+        const int64_t hd = c->lo.head_dim;
+        for (int64_t g = 0; g < c->lo.n_head_kv; g++) {
+            unsigned char *kd = seq_row(c, s, 0, layer, g, pos), *vd = seq_row(c, s, 1, layer, g, pos);
+            for (int64_t i = 0; i < m; i++) {
+                const float *ks = k + i * row + g * hd, *vs = v + i * row + g * hd;
+                if (c->lo.type == TYPE_F32) {
+                    memcpy(kd + (size_t)i * c->lo.head_bytes, ks, (size_t)hd * sizeof(float));
+                    memcpy(vd + (size_t)i * c->lo.head_bytes, vs, (size_t)hd * sizeof(float));
+                } else {
+                    fp16_t *kc = (fp16_t *)(void *)(kd + (size_t)i * c->lo.head_bytes);
+                    fp16_t *vc = (fp16_t *)(void *)(vd + (size_t)i * c->lo.head_bytes);
+                    for (int64_t j = 0; j < hd; j++) {
+                        kc[j] = f32_to_fp16(ks[j]);
+                        vc[j] = f32_to_fp16(vs[j]);
+                    }
+                }
             }
         }
         k += elems;
@@ -387,7 +416,8 @@ static void copy_rows(kv_cache_t *cd, const kv_seq_t *d, const kv_cache_t *cs, c
         int64_t m = run_len(&cd->lo, pos, n);
         m = run_len(&cs->lo, pos, m);
         for (int v = 0; v < 2; v++)
-            memcpy(seq_row(cd, d, v, layer, pos), seq_row(cs, s, v, layer, pos), (size_t)m * cd->lo.pos_bytes);
+            for (int64_t g = 0; g < cd->lo.n_head_kv; g++)
+                memcpy(seq_row(cd, d, v, layer, g, pos), seq_row(cs, s, v, layer, g, pos), (size_t)m * cd->lo.head_bytes);
         pos += m;
         n -= m;
     }
@@ -444,7 +474,7 @@ void kv_seq_put_raw(kv_cache_t *c, int seq, int64_t layer, int64_t pos, int64_t 
         for (int64_t p = pos, left = n; left > 0;) {
             const int64_t m = run_len(&c->lo, p, left);
             TERN_CHECK(c->ref[s->blk[p / c->lo.block_pos]] == 1);
-            memcpy(seq_row(c, s, h, layer, p), src[h], (size_t)m * c->lo.pos_bytes);
+            run_in(c, s, h, layer, p, m, src[h]);
             src[h] += (size_t)m * c->lo.pos_bytes;
             p += m;
             left -= m;
@@ -460,7 +490,7 @@ void kv_seq_get_raw(const kv_cache_t *c, int seq, int64_t layer, int64_t pos, in
         if (!dst[h]) continue;
         for (int64_t p = pos, left = n; left > 0;) {
             const int64_t m = run_len(&c->lo, p, left);
-            memcpy(dst[h], seq_row(c, s, h, layer, p), (size_t)m * c->lo.pos_bytes);
+            run_out(c, s, h, layer, p, m, dst[h]);
             dst[h] += (size_t)m * c->lo.pos_bytes;
             p += m;
             left -= m;
@@ -493,15 +523,21 @@ int kv_seq_write(const kv_cache_t *c, int seq, int64_t n_pos, kv_write_fn write,
     le_put_u32(h + 20, (uint32_t)c->lo.head_dim);
     le_put_u64(h + 24, (uint64_t)n_pos);
     if (write(user, h, sizeof h)) return tern_err(err, TERN_EIO, "kv cache: writing the header failed");
+    unsigned char *buf = malloc(c->lo.block_bytes); /* one block run in position-major order */
+    if (!buf) return tern_err(err, TERN_ENOMEM, "kv cache: out of memory");
     for (int64_t l = 0; l < c->lo.n_layer; l++)
         for (int v = 0; v < 2; v++)
             for (int64_t p = 0; p < n_pos;) {
                 const int64_t m = run_len(&c->lo, p, n_pos - p);
-                if (write(user, seq_row(c, s, v, l, p), (size_t)m * c->lo.pos_bytes))
+                run_out(c, s, v, l, p, m, buf);
+                if (write(user, buf, (size_t)m * c->lo.pos_bytes)) {
+                    free(buf);
                     return tern_err(err, TERN_EIO, "kv cache: writing %s of layer %lld failed", v ? "V" : "K",
                                     (long long)l);
+                }
                 p += m;
             }
+    free(buf);
     return 0;
 }
 
@@ -536,20 +572,28 @@ int kv_seq_read(kv_cache_t *c, int seq, kv_read_fn read, void *user, tern_error_
                         (unsigned long long)n_pos, (long long)need, (long long)avail);
     int rc = seq_table(c, s, (int64_t)n_pos, err);
     if (rc) return rc;
+    unsigned char *buf = malloc(c->lo.block_bytes); /* one block run in position-major order */
+    if (!buf) return tern_err(err, TERN_ENOMEM, "kv cache: out of memory");
     /* The layout matches and the blocks are there: from here the data goes in place. */
     kv_seq_remove(c, seq);
-    if ((rc = kv_seq_reserve(c, seq, (int64_t)n_pos, err))) return rc;
+    if ((rc = kv_seq_reserve(c, seq, (int64_t)n_pos, err))) {
+        free(buf);
+        return rc;
+    }
     for (int64_t l = 0; l < c->lo.n_layer; l++)
         for (int v = 0; v < 2; v++)
             for (int64_t p = 0; p < (int64_t)n_pos;) {
                 const int64_t m = run_len(&c->lo, p, (int64_t)n_pos - p);
-                if (read(user, seq_row(c, s, v, l, p), (size_t)m * c->lo.pos_bytes)) {
+                if (read(user, buf, (size_t)m * c->lo.pos_bytes)) {
+                    free(buf);
                     kv_seq_remove(c, seq);
                     return tern_err(err, TERN_EFORMAT, "kv cache: input ends inside %s of layer %lld", v ? "V" : "K",
                                     (long long)l);
                 }
+                run_in(c, s, v, l, p, m, buf);
                 p += m;
             }
+    free(buf);
     for (uint64_t i = 0; i < n_pos; i++) s->ids[i] = -1;
     s->n_pos = (int64_t)n_pos;
     return 0;

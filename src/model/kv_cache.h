@@ -4,9 +4,16 @@
  * shared from one pool (paged), as the attention kernel reads them.
  *
  * Memory: one region for K and one for V, each (n_layer, n_blocks,
- * block_pos, n_head_kv, head_dim) elements of F16 or F32, row-major. Layer
+ * n_head_kv, block_pos, head_dim) elements of F16 or F32, row-major. Layer
  * l's K (or V) is layer_bytes long and starts at l * layer_bytes; block b
- * of it at b * block_bytes; position r of a block at r * pos_bytes. A
+ * of it at b * block_bytes; inside a block, head g's rows at g * block_pos
+ * * head_bytes, row r of it at r * head_bytes. A block is head-major so that
+ * attention, which reads one KV head over many positions, reads
+ * block_pos * head_bytes contiguous bytes per block (with the heads of a
+ * position side by side it read head_bytes of every pos_bytes: a 1.5-2x
+ * slower attention at 512-2048 positions, dev/ab/attn_ab.c). The
+ * serialized forms below and kv_seq_get_raw / kv_seq_put_raw keep the
+ * position-major order (a position's heads side by side). A
  * sequence owns a block table: its position p lives in block
  * table[p / block_pos], row p % block_pos, of every layer (one table for
  * all layers). The memory is n_blocks = ceil(n_ctx / block_pos) blocks and
@@ -67,7 +74,8 @@ typedef struct {
     int64_t block_pos;  /* positions per block */
     int64_t n_blocks;   /* blocks */
     size_t elt_bytes;   /* 2 (F16) or 4 (F32) */
-    size_t pos_bytes;   /* one position of one layer's K (or V): n_head_kv * head_dim * elt_bytes */
+    size_t head_bytes;  /* one head of one position: head_dim * elt_bytes */
+    size_t pos_bytes;   /* one position of one layer's K (or V): n_head_kv * head_bytes */
     size_t block_bytes; /* one block of one layer's K (or V): block_pos * pos_bytes */
     size_t layer_bytes; /* one layer's K (or V): n_blocks * block_bytes */
 } kv_layout_t;
