@@ -235,6 +235,7 @@ static void run_in(kv_cache_t *c, const kv_seq_t *s, int v, int64_t layer, int64
     }
 }
 
+/* Positions from pos to the end of its block, at most n. */
 static int64_t run_len(const kv_layout_t *lo, int64_t pos, int64_t n) {
     const int64_t left = lo->block_pos - pos % lo->block_pos;
     return n < left ? n : left;

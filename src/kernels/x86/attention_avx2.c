@@ -172,20 +172,6 @@ static void accum_chunk(float *acc, size_t accstride, const float *p, size_t pst
             }
             _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) _mm256_storeu_ps(ah + d + 8 * i, a[i]);
         }
-        for (; d + 32 <= hv; d += 32) {
-            __m256 a0 = _mm256_loadu_ps(ah + d), a1 = _mm256_loadu_ps(ah + d + 8);
-            __m256 a2 = _mm256_loadu_ps(ah + d + 16), a3 = _mm256_loadu_ps(ah + d + 24);
-            for (int t = 0; t < n; t++) {
-                const __m256 p8 = _mm256_set1_ps(ph[t]);
-                const float *vr = rows[t] + d;
-                a0 = _mm256_fmadd_ps(p8, _mm256_loadu_ps(vr), a0);
-                a1 = _mm256_fmadd_ps(p8, _mm256_loadu_ps(vr + 8), a1);
-                a2 = _mm256_fmadd_ps(p8, _mm256_loadu_ps(vr + 16), a2);
-                a3 = _mm256_fmadd_ps(p8, _mm256_loadu_ps(vr + 24), a3);
-            }
-            _mm256_storeu_ps(ah + d, a0), _mm256_storeu_ps(ah + d + 8, a1);
-            _mm256_storeu_ps(ah + d + 16, a2), _mm256_storeu_ps(ah + d + 24, a3);
-        }
         for (; d < hv; d += 8) {
             __m256 a0 = _mm256_loadu_ps(ah + d);
             for (int t = 0; t < n; t++) a0 = _mm256_fmadd_ps(_mm256_set1_ps(ph[t]), _mm256_loadu_ps(rows[t] + d), a0);
